@@ -1,0 +1,2 @@
+def grade_performance(exercise, track, impl, events, record):
+    record(event="performance", status="pending")

@@ -1,0 +1,183 @@
+"""Build: JIT-compile a track's C++/CUDA sources with torch.utils.cpp_extension + ninja.
+
+One build folder per (submission tree, exercise, track) under `.cache/build/`, outside the
+learner's tree, so starter and solution builds never share objects or names, and nothing is
+written next to the learner's files. ninja keeps one object per source: an unchanged tree
+relinks nothing, and a changed `.cu` recompiles only itself.
+
+A failed build raises `BuildError` whose message is the first real compiler errors with file,
+line and the offending source line, not the whole template backtrace.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.discover import ROOT, Exercise, Track
+
+CACHE = Path(os.environ.get("GRADER_CACHE", ROOT / ".cache"))
+
+
+class BuildError(RuntimeError):
+    """The sources did not compile or link; the message is written for the learner."""
+
+
+@dataclass
+class Built:
+    path: Path        # the shared library (already loaded into this process)
+    module: object    # the imported module for a pybind11 extension, else None
+    seconds: float    # wall time of the build step (compile + link, or the no-op check)
+    rebuilt: bool     # False when ninja found nothing to do
+
+
+def tree_tag(tree: Path) -> str:
+    """A short stable name for a submission tree: 'starter', 'solutions', or name-hash."""
+    tree = tree.resolve()
+    if tree.parent == ROOT:
+        return tree.name
+    return f"{tree.name}-{hashlib.sha1(str(tree).encode()).hexdigest()[:8]}"
+
+
+def build_dir(tree: Path, exercise: Exercise, track: Track) -> Path:
+    return CACHE / "build" / tree_tag(tree) / f"{exercise.id}-{track.name}"
+
+
+def _toolchain_env() -> list[str]:
+    """Point torch at nvcc and at the CUDA library headers; return extra include folders.
+
+    pip's torch ships headers such as cusparse.h (which ATen/cuda/CUDAContext.h includes) in
+    site-packages/nvidia/cu*/include, not in nvcc's install, so we add that folder.
+    """
+    if not os.environ.get("CUDA_HOME"):
+        nvcc = shutil.which("nvcc")
+        home = Path(nvcc).resolve().parent.parent if nvcc else Path("/usr/local/cuda")
+        if (home / "bin" / "nvcc").exists():
+            os.environ["CUDA_HOME"] = str(home)
+    if "TORCH_CUDA_ARCH_LIST" not in os.environ:
+        import torch
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+        else:  # no GPU here: build for Hopper, the machines this course targets
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
+    includes = []
+    for site in map(Path, sys.path):
+        nvidia = site / "nvidia"
+        if nvidia.is_dir():
+            includes += [str(p) for p in sorted(nvidia.glob("cu*/include")) if p.is_dir()]
+    return includes
+
+
+def build(tree: Path, exercise: Exercise, track: Track) -> Built:
+    """Compile, link and load the track's sources; raise BuildError with a short summary."""
+    from torch.utils import cpp_extension
+
+    folder = tree / exercise.id / track.name
+    missing = [s for s in track.sources if not (folder / s).is_file()]
+    if missing:
+        raise BuildError(f"missing source file(s): {', '.join(str(folder / m) for m in missing)}")
+    out = build_dir(tree, exercise, track)
+    out.mkdir(parents=True, exist_ok=True)
+    includes = _toolchain_env()
+    if track.sources and any(s.endswith(".cu") for s in track.sources) and not os.environ.get("CUDA_HOME"):
+        raise BuildError("no CUDA compiler found: install the CUDA toolkit or set CUDA_HOME")
+    so = out / f"{track.extension}.so"
+    before = so.stat().st_mtime_ns if so.exists() else None
+    start = time.perf_counter()
+    # Our own lock (released by the OS if a worker dies) guards torch's file lock, which a
+    # killed build would otherwise leave behind and make every later build wait forever.
+    with open(out / ".grader-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        (out / "lock").unlink(missing_ok=True)
+        try:
+            module = cpp_extension.load(
+                name=track.extension,
+                sources=[str(folder / s) for s in track.sources],
+                build_directory=str(out),
+                extra_cflags=["-O3"],
+                extra_cuda_cflags=["-O3", "-lineinfo"],
+                extra_include_paths=includes,
+                is_python_module=track.python_module,
+                verbose=False,
+            )
+        except (RuntimeError, subprocess.CalledProcessError) as e:
+            raise BuildError(summarize_compiler_output(str(e), tree)) from None
+        except (ImportError, OSError) as e:
+            raise BuildError(explain_load_error(str(e))) from None
+    rebuilt = before is None or so.stat().st_mtime_ns != before
+    return Built(path=so, module=module if track.python_module else None, seconds=time.perf_counter() - start, rebuilt=rebuilt)
+
+
+# --- summarizing compiler output -------------------------------------------------------------
+
+_GCC = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?:fatal )?error:\s*(?P<msg>.*)$")
+_NVCC = re.compile(r"^(?P<file>\S+)\((?P<line>\d+)\):\s*(?:catastrophic )?error:?\s*(?P<msg>.*)$")
+_LINK = re.compile(r"(undefined reference to .*|multiple definition of .*|ld(?:\.\w+)?: error: .*)")
+
+
+def summarize_compiler_output(text: str, tree: Path, limit: int = 5) -> str:
+    """The first `limit` distinct errors, learner files first, each with its source line."""
+    tree = tree.resolve()
+    errors, seen = [], set()
+    lines = text.splitlines()
+    for i, raw in enumerate(lines):
+        m = _GCC.match(raw.strip()) or _NVCC.match(raw.strip())
+        if not m:
+            continue
+        file, line, msg = m.group("file"), int(m.group("line")), m.group("msg").strip()
+        # nvcc puts the message on the next line when it is long
+        if not msg and i + 1 < len(lines):
+            msg = lines[i + 1].strip()
+        key = (file, line, msg)
+        if key in seen:
+            continue
+        seen.add(key)
+        errors.append((file, line, msg))
+    if not errors:
+        link = [m.group(1) for m in map(_LINK.search, lines) if m]
+        if link:
+            return "link failed:\n  " + "\n  ".join(_demangle(link[:limit]))
+        tail = "\n  ".join(l for l in lines[-25:] if l.strip())
+        return f"build failed (no compiler error line found); the end of the output:\n  {tail}"
+
+    def mine(err):  # errors in the learner's own files come first
+        return 0 if Path(err[0]).resolve().is_relative_to(tree) else 1
+
+    errors.sort(key=mine)
+    out = [f"{len(errors)} compiler error(s); the first {min(limit, len(errors))}:"]
+    for file, line, msg in errors[:limit]:
+        path = Path(file)
+        shown = path.resolve().relative_to(tree) if path.resolve().is_relative_to(tree) else path
+        out.append(f"  {shown}:{line}: error: {msg}")
+        try:
+            src = path.read_text(errors="replace").splitlines()[line - 1]
+            out.append(f"      {line} | {src.strip()}")
+        except (OSError, IndexError):
+            pass
+    return "\n".join(out)
+
+
+def _demangle(items: list[str]) -> list[str]:
+    cxxfilt = shutil.which("c++filt")
+    if not cxxfilt:
+        return items
+    res = subprocess.run([cxxfilt], input="\n".join(items), capture_output=True, text=True)
+    return res.stdout.splitlines() or items
+
+
+def explain_load_error(text: str) -> str:
+    m = re.search(r"undefined symbol: (\S+)", text)
+    if m:
+        name = _demangle([m.group(1)])[0]
+        return (f"the library built but does not load: undefined symbol {name}\n"
+                f"  (a function is declared and called but never defined: check its name and "
+                f"signature match between the .cpp and the .cu)")
+    return f"the library built but does not load: {text.strip()}"

@@ -1,0 +1,84 @@
+"""Load: the one seam between the checks and a submission.
+
+`load_track(tree, exercise, track)` builds the track's C++/CUDA sources (if any), imports its
+Python module (if any) and returns an `Impl` whose attributes are the declared entry points.
+Tests only ever see an `Impl`; they never import from a submission tree themselves, so a
+learner's layout can change without touching a test.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+
+from grader.build import Built, build
+from grader.discover import Exercise, Track
+
+
+class LoadError(RuntimeError):
+    """The submission could not be imported, or lacks an entry point; written for the learner."""
+
+
+class Impl(SimpleNamespace):
+    """The entry points of one track, plus what the grader learnt while loading it."""
+
+
+_LOADED: dict[tuple, Impl] = {}
+
+
+def load_track(tree: Path, exercise: Exercise, track: Track) -> Impl:
+    key = (str(Path(tree).resolve()), exercise.id, track.name)
+    if key not in _LOADED:
+        _LOADED[key] = _load(Path(tree).resolve(), exercise, track)
+    return _LOADED[key]
+
+
+def _load(tree: Path, exercise: Exercise, track: Track) -> Impl:
+    folder = tree / exercise.id / track.name
+    missing = [f for f in track.files if not (folder / f).is_file()]
+    if missing:
+        raise LoadError(f"missing file(s) in {folder}: {', '.join(missing)}")
+    built: Built | None = build(tree, exercise, track) if track.sources else None
+    if built is not None and built.module is not None:
+        # lets the track's Python file say `import <extension>` as after a setup.py install
+        sys.modules[track.extension] = built.module
+    module = None
+    if track.module:
+        module = _import_file(folder / track.module, f"submission_{exercise.id}_{track.name}")
+    entry = {}
+    for name in track.entry_points:
+        if module is not None:
+            if not hasattr(module, name):
+                raise LoadError(f"{track.module} does not define `{name}` (an entry point the "
+                                f"checks call; see the exercise README)")
+            entry[name] = getattr(module, name)
+        else:
+            import torch
+            namespace = getattr(torch.ops, track.ops_namespace)
+            try:
+                entry[name] = getattr(namespace, name)
+            except (AttributeError, RuntimeError):
+                raise LoadError(f"no operator {track.ops_namespace}::{name} is registered: "
+                                f"check the TORCH_LIBRARY({track.ops_namespace}, m) block and "
+                                f"its m.def(\"{name}(...) -> ...\")") from None
+    return Impl(**entry, _built=built, _module=module, _folder=folder)
+
+
+def _import_file(path: Path, name: str):
+    sys.dont_write_bytecode = True  # leave no __pycache__ in the learner's tree
+    sys.path.insert(0, str(path.parent))  # sibling imports of the track folder work
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[name]
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
+        where = f"{path.name}:{frames[-1].lineno}: " if frames else ""
+        if isinstance(e, SyntaxError) and e.filename == str(path):
+            where = f"{path.name}:{e.lineno}: "
+        raise LoadError(f"importing {path.name} failed: {where}{type(e).__name__}: {e}") from None
+    return module

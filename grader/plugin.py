@@ -1,0 +1,216 @@
+"""The pytest plugin that runs an exercise's checks against one track of one submission tree.
+
+    python -m pytest -p grader.plugin exercises/01_vector_add --tree solutions [--track triton]
+
+It provides the fixtures the exercise tests use (`impl`, `device`, `exercise`, `ref`,
+`assert_close`), parametrizes `device` by what the track and this machine can run (a CUDA
+parameter on a machine without a GPU is skipped as "needs a GPU", never passed), poisons fresh
+allocations with NaN, gives every check a timeout, and, with `--events FILE`, records each
+check's start and outcome as a JSON line the moment it happens, so a crash or a hang mid-run
+still leaves an account of what ran.
+"""
+from __future__ import annotations
+
+import os
+import re
+import traceback
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader import check
+from grader.discover import ROOT, load_exercise
+from grader.results import Recorder
+
+HAS_GPU = torch.cuda.is_available()
+NEEDS_GPU = "needs a GPU"
+# Errors after which the CUDA context is unusable: stop instead of failing every later check.
+STICKY = re.compile(r"illegal memory access|device-side assert|unspecified launch failure|"
+                    r"misaligned address|illegal instruction|CUDA error: an? (?!out of memory)")
+NOT_IMPLEMENTED = re.compile(r"not implemented yet", re.I)
+record = None  # the Recorder, set in pytest_configure
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("grader")
+    group.addoption("--tree", default=str(ROOT / "starter"),
+                    help="submission tree to check (shaped like starter/); default starter")
+    group.addoption("--track", default=None, help="which track (default: the exercise's first)")
+    group.addoption("--events", default=None, help="append one JSON line per event here")
+
+
+def pytest_configure(config):
+    for line in ("tracks(*names): run this check only for these tracks",
+                 "gradcheck: a torch.autograd.gradcheck check (scored apart)"):
+        config.addinivalue_line("markers", line)
+    global record
+    record = Recorder(config.getoption("--events"))
+    if not HAS_GPU:  # Triton kernels run on CPU tensors through the interpreter
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    # Fresh allocations (torch.empty, at::empty) come back NaN-filled, so an element a kernel
+    # forgets to write cannot pass by luck. warn_only: ops without a deterministic variant run.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    from hypothesis import HealthCheck, settings
+    common = dict(deadline=None, print_blob=True,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                         HealthCheck.differing_executors])
+    settings.register_profile("grader-gpu", max_examples=30, **common)
+    settings.register_profile("grader-cpu", max_examples=12, **common)
+    # CI: the same examples every run, so a red CI is a real bug and never noise
+    settings.register_profile("grader-ci", max_examples=8, derandomize=True, database=None,
+                              **common)
+    settings.load_profile("grader-ci" if os.environ.get("CI") else
+                          "grader-gpu" if HAS_GPU else "grader-cpu")
+
+
+@cache
+def _exercise(folder: str):
+    return load_exercise(Path(folder))
+
+
+def _track(config, exercise):
+    name = config.getoption("--track") or next(iter(exercise.tracks))
+    if name not in exercise.tracks:
+        raise pytest.UsageError(f"{exercise.id} has no track {name!r} "
+                                f"(tracks: {', '.join(exercise.tracks)})")
+    return exercise.tracks[name]
+
+
+def _devices(track):
+    if not track.sources:  # a Python (Triton) track: on the interpreter when there is no GPU
+        return ["cuda" if HAS_GPU else "cpu"]
+    devices = [pytest.param("cuda", marks=() if HAS_GPU else pytest.mark.skip(reason=NEEDS_GPU))]
+    return devices + (["cpu"] if track.cpu else [])
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames:
+        exercise = _exercise(str(metafunc.definition.path.parent))
+        metafunc.parametrize("device", _devices(_track(metafunc.config, exercise)))
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        exercise = _exercise(str(item.path.parent))
+        track = _track(config, exercise)
+        only = item.get_closest_marker("tracks")
+        (drop if only and track.name not in only.args else keep).append(item)
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(exercise.test_timeout_s, method="thread"))
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _category(item) -> str:
+    return "gradcheck" if item.get_closest_marker("gradcheck") else "correctness"
+
+
+def pytest_collection_finish(session):
+    record(
+        event="collected",
+        tests=[{"id": i.nodeid, "name": _short(i.nodeid), "category": _category(i)}
+               for i in session.items])
+
+
+def _short(nodeid: str) -> str:
+    return nodeid.split("::", 1)[-1]
+
+
+def pytest_runtest_logstart(nodeid, location):
+    record(event="start", test=nodeid)
+
+
+def _explain(exc: BaseException, item) -> dict:
+    tree = Path(item.config.getoption("--tree")).resolve()
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if Path(f.filename).resolve().is_relative_to(tree)]
+    message = str(exc) if not isinstance(exc, AssertionError) or str(exc) else "assertion failed"
+    notes = [n for n in getattr(exc, "__notes__", []) if n.strip()]
+    info = {"type": type(exc).__name__, "message": "\n".join(message.splitlines()[:40]),
+            "notes": notes[:6]}
+    if frames:
+        f = frames[-1]
+        info["where"] = f"{Path(f.filename).name}:{f.lineno}"
+    info["not_implemented"] = isinstance(exc, NotImplementedError) or bool(
+        NOT_IMPLEMENTED.search(message))
+    info["sticky"] = bool(STICKY.search(message))
+    return info
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and report.failed:
+        report.grader = _explain(call.excinfo.value, item)
+        if report.grader["sticky"]:
+            item.session.shouldstop = ("the CUDA context broke (" +
+                                       report.grader["message"].splitlines()[0] +
+                                       "); later checks would all fail, so none were run")
+
+
+def pytest_runtest_logreport(report):
+    if not (report.when == "call" or report.failed or (report.skipped and report.when == "setup")):
+        return
+    event = {"event": "result", "test": report.nodeid, "outcome": report.outcome,
+             "seconds": round(report.duration, 3)}
+    if report.skipped:
+        event["reason"] = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        event["reason"] = event["reason"].removeprefix("Skipped: ")
+    if report.failed:
+        event.update(getattr(report, "grader", {"type": "error", "message": str(report.longrepr)[-2000:]}))
+        event["phase"] = report.when
+    record(**event)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    stop = session.shouldstop
+    record(event="finished", stopped=stop if isinstance(stop, str) else None)
+
+
+# --- fixtures ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def exercise(request):
+    return _exercise(str(request.path.parent))
+
+
+@pytest.fixture(scope="module")
+def track(request, exercise):
+    return _track(request.config, exercise)
+
+
+@pytest.fixture(scope="module")
+def impl(request, exercise, track):
+    """The submission's entry points (built and imported once per process)."""
+    from grader.build import BuildError
+    from grader.loader import LoadError, load_track
+    try:
+        return load_track(Path(request.config.getoption("--tree")), exercise, track)
+    except (BuildError, LoadError) as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def ref(exercise):
+    """The exercise's reference.py, imported."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"reference_{exercise.id}",
+                                                  exercise.dir / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def assert_close(exercise):
+    """check.assert_close with this exercise's tolerance for the output dtype."""
+    def close(got, expected, *, dtype, **ctx):
+        name = str(dtype).removeprefix("torch.")
+        return check.assert_close(got, expected, tol=exercise.tolerance[name], dtype=dtype, **ctx)
+    return close

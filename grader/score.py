@@ -1,0 +1,58 @@
+"""Score: turn a TrackResult into points, and a measured figure into performance credit.
+
+Correctness and gradcheck points are proportional to the checks passed in each category (a
+check that needs a GPU and did not run earns nothing, and says so). Performance credit is 0
+below a threshold's `pass`, 1 at or above its `full`, and linear between them; with several
+thresholds the track earns their mean.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grader.discover import Exercise, Threshold
+from grader.results import TrackResult
+
+
+def credit(value: float | None, pass_at: float, full_at: float) -> float:
+    """0 below pass_at, 1 from full_at, linear between (a figure at pass_at earns 0)."""
+    if value is None or value != value or value < pass_at:
+        return 0.0
+    if value >= full_at or full_at == pass_at:
+        return 1.0
+    return (value - pass_at) / (full_at - pass_at)
+
+
+def threshold_value(t: Threshold, figures: dict) -> float | None:
+    """The figure a threshold reads from a track's measured figures (see grader.benchmark)."""
+    mode = figures.get(t.mode) or {}
+    if t.metric == "fraction_of_ceiling":
+        return mode.get("fraction")
+    return (mode.get("speedup") or {}).get(t.baseline)
+
+
+@dataclass
+class Score:
+    correctness: float
+    gradcheck: float
+    performance: float
+    max_points: int
+
+    @property
+    def total(self) -> float:
+        return self.correctness + self.gradcheck + self.performance
+
+
+def score(exercise: Exercise, result: TrackResult) -> Score:
+    pts = exercise.points
+    built = result.build.get("ok", False)
+
+    def share(category):
+        total = result.total(category)
+        if not built or not total or not pts[category]:
+            return 0.0
+        return pts[category] * result.count(category, "passed") / total
+
+    perf = 0.0
+    if built and result.performance and result.performance.get("credit") is not None:
+        perf = pts["performance"] * result.performance["credit"]
+    return Score(share("correctness"), share("gradcheck"), perf, sum(pts.values()))
