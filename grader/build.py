@@ -56,6 +56,10 @@ def _toolchain_env() -> list[str]:
     pip's torch ships headers such as cusparse.h (which ATen/cuda/CUDAContext.h includes) in
     site-packages/nvidia/cu*/include, not in nvcc's install, so we add that folder.
     """
+    # ninja (a pip package) sits beside this interpreter, maybe not on PATH
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     if not os.environ.get("CUDA_HOME"):
         nvcc = shutil.which("nvcc")
         home = Path(nvcc).resolve().parent.parent if nvcc else Path("/usr/local/cuda")

@@ -42,15 +42,21 @@ def assert_close(got, expected, *, tol: dict, dtype=None, what: str = "output", 
     if dtype is not None and got.dtype != dtype:
         raise Mismatch(f"{what}: dtype {got.dtype}, expected {dtype} (the output keeps the "
                        f"input's dtype; compute in float32, then cast when storing){where}")
-    g = got.detach().to("cpu", torch.float64).reshape(-1)
-    e = expected.detach().to("cpu", torch.float64).reshape(-1)
+    if got.device != expected.device:
+        raise Mismatch(f"{what}: on {got.device}, expected on {expected.device} (allocate the "
+                       f"output on the input's device){where}")
+    # compared where the data lives (a GPU compares 2^28 elements in milliseconds); only the
+    # description of a mismatch comes back to the CPU
+    g = got.detach().to(torch.float64).reshape(-1)
+    e = expected.detach().to(torch.float64).reshape(-1)
     atol, rtol = tol["atol"], tol["rtol"]
     both_nan = torch.isnan(g) & torch.isnan(e)
     same_inf = torch.isinf(g) & (g == e)
     ok = ((g - e).abs() <= atol + rtol * e.abs()) | both_nan | same_inf
-    bad = (~ok).nonzero().flatten()
-    if bad.numel() == 0:
+    if bool(ok.all()):
         return
+    g, e, ok = g.cpu(), e.cpu(), ok.cpu()
+    bad = (~ok).nonzero().flatten()
     shape = tuple(got.shape)
     n = g.numel()
     idx = lambda i: list(torch.unravel_index(torch.tensor(i), shape)) if len(shape) > 1 else [i]

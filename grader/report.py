@@ -103,11 +103,25 @@ def feedback(ex: Exercise, r: TrackResult, *, full: bool = False) -> str:
     if len(failed) > len(shown):
         out.append("  also failed: " + ", ".join(c.name for c in failed[len(shown):]))
     p = r.performance
-    if full and p and p.get("status") == "measured":
-        out.append(f"{head}: performance\n{_indent(performance_text(p))}")
-    elif p and p.get("status") not in (None, "measured") and full:
-        out.append(f"{head}: performance: {p['status']}")
+    if p and p.get("status") == "measured":
+        text = performance_text(p) if full else performance_line(p)
+        out.append(f"{head}: performance\n{_indent(text)}")
+    elif p and p.get("status", "").startswith("not measured:"):
+        out.append(f"{head}: performance {p['status']}")
     return "\n".join(out)
+
+
+def performance_line(p: dict) -> str:
+    """One line per mode: time, fraction of the ceiling, speedup over each baseline."""
+    lines = []
+    for mode, f in p["figures"].items():
+        speed = ", ".join(f"{v:.2f}x {k}" for k, v in f.get("speedup", {}).items())
+        frac = f", {100 * f['fraction']:.0f}% of {p['ceiling_name']}" if f.get("fraction") else ""
+        lines.append(f"{mode}: {f['ms'] * 1e3:.1f} us{frac}; {speed}")
+    if p.get("credit") is not None:
+        lines.append(f"performance credit {100 * p['credit']:.0f}%" +
+                     "".join(f"; warning: {w}" for w in p.get("warnings", [])))
+    return "\n".join(lines)
 
 
 def performance_text(p: dict) -> str:
@@ -171,3 +185,117 @@ def gradescope(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: floa
 def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+# --- make bench: the side-by-side tables and the plot ------------------------------------------
+
+def _sweep_key(cases: list[dict]) -> str:
+    """The case field that varies along the sweep (the x axis)."""
+    keys = [k for k in cases[0] if len({json.dumps(c[k]) for c in cases}) > 1]
+    return keys[0] if keys else next(iter(cases[0]))
+
+
+def _series(ex: dict, mode: str) -> dict[str, list]:
+    """name -> [(x, rate or None)] over the sweep, for each implementation and baseline."""
+    cases = [m["case"] for m in ex["sweep"]]
+    key = _sweep_key(cases)
+    series: dict[str, list] = {}
+    for m in ex["sweep"]:
+        row = m["figures"].get(mode)
+        if row is None:
+            continue
+        for name, t in list(row["impls"].items()) + list(row["baselines"].items()):
+            series.setdefault(name, []).append((m["case"][key], t.get("rate")))
+    return series
+
+
+def bench_markdown(data: dict) -> str:
+    meta = data["meta"]
+    out = [f"# Benchmark: {meta['tree']} on {meta['device']}",
+           f"torch {meta['torch']}, triton {meta['triton']}, {meta['date']}. Median of "
+           f"`triton.testing.do_bench` (L2 flushed between runs); rates count the fewest bytes "
+           f"(or flops) the op must move; % is of the ceiling measured in the same run.", ""]
+    for ex in data["exercises"]:
+        if "error" in ex:
+            out += [f"## {ex['exercise']}", f"error: {ex['error']}", ""]
+            continue
+        unit = "GB/s" if ex["ceiling"] == "bandwidth" else "TFLOP/s"
+        out += [f"## {ex['exercise']} ({ex['dtype']}, case {ex['graded_case']})",
+                f"ceiling: {ex['ceiling']} = {ex['ceiling_value']:.4g} {unit}", ""]
+        first, second = ex["graded"]
+        for mode, row in first["figures"].items():
+            out += [f"**{mode}**", "", f"| implementation | median µs | p20-p80 µs | {unit} | "
+                    f"% of ceiling | vs yours | rerun µs (Δ) |", "|---|---|---|---|---|---|---|"]
+            names = list(row["impls"]) + list(row["baselines"])
+            best = min((t["ms"] for t in row["impls"].values()), default=None)
+            for name in names:
+                t = row["impls"].get(name) or row["baselines"].get(name)
+                again = (second["figures"][mode]["impls"].get(name)
+                         or second["figures"][mode]["baselines"].get(name) or {})
+                if "ms" not in t:
+                    out.append(f"| {name} | {t.get('error', 'did not run')} | | | | | |")
+                    continue
+                frac = f"{100 * t['rate'] / ex['ceiling_value']:.1f}%"
+                ratio = f"{t['ms'] / best:.2f}x" if best else ""
+                delta = (f"{again['ms'] * 1e3:.1f} ({100 * (again['ms'] / t['ms'] - 1):+.1f}%)"
+                         if "ms" in again else "")
+                out.append(f"| {name} | {t['ms'] * 1e3:.1f} | {t['p20'] * 1e3:.1f}-"
+                           f"{t['p80'] * 1e3:.1f} | {t['rate']:.0f} | {frac} | {ratio} | {delta} |")
+            out.append("")
+        problems = {k: v for k, v in first.get("checks", {}).items() if v}
+        for name, why in problems.items():
+            out.append(f"- **{name}: output after timing differs from the reference**: "
+                       f"{why.splitlines()[0]}")
+        for name, why in ex.get("load_errors", {}).items():
+            out.append(f"- {name}: could not load: {why}")
+        for mode in first["figures"]:
+            series = _series(ex, mode)
+            if not series:
+                continue
+            key = _sweep_key([m["case"] for m in ex["sweep"]])
+            xs = [x for x, _ in next(iter(series.values()))]
+            out += [f"sweep over {key} ({mode}, {unit}):", "",
+                    "| " + key + " | " + " | ".join(series) + " |",
+                    "|---" * (len(series) + 1) + "|"]
+            for i, x in enumerate(xs):
+                cells = [f"{s[i][1]:.0f}" if i < len(s) and s[i][1] else "—" for s in series.values()]
+                out.append(f"| {x} | " + " | ".join(cells) + " |")
+            out.append("")
+    return "\n".join(out) + "\n"
+
+
+def bench_plot(data: dict, path: Path) -> None:
+    """One panel per exercise and mode: rate vs size, a line per implementation."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    exs = [e for e in data["exercises"] if "error" not in e and e["sweep"]]
+    if not exs:
+        return
+    modes = max(len(e["sweep"][0]["figures"]) for e in exs)
+    fig, axes = plt.subplots(len(exs), modes, figsize=(6 * modes, 3.6 * len(exs)), squeeze=False)
+    for r, ex in enumerate(exs):
+        unit = "GB/s" if ex["ceiling"] == "bandwidth" else "TFLOP/s"
+        key = _sweep_key([m["case"] for m in ex["sweep"]])
+        for c, mode in enumerate(ex["sweep"][0]["figures"]):
+            ax = axes[r][c]
+            for name, pts in _series(ex, mode).items():
+                pts = [(x, y) for x, y in pts if y]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=name,
+                            linewidth=2.5 if name in ex["sweep"][0]["figures"][mode]["impls"] else 1.2)
+            ax.axhline(ex["ceiling_value"], color="gray", linestyle="--", label=f"ceiling")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel(key)
+            ax.set_ylabel(unit)
+            ax.set_title(f"{ex['exercise']} {mode} ({ex['dtype']})")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        for c in range(len(ex["sweep"][0]["figures"]), modes):
+            axes[r][c].axis("off")
+    meta = data["meta"]
+    fig.suptitle(f"{meta['tree']} on {meta['device']} (torch {meta['torch']}, {meta['date']})")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,44 @@
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_GPU = torch.cuda.is_available()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason without one)")
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="needs a GPU: runs on the GPU machine (make test there)")
+    for item in items:
+        if "gpu" in item.keywords and not HAS_GPU:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def variant(tmp_path):
+    """A copy of one solution track with text substitutions: a known-bad submission.
+
+    variant("01_vector_add", "triton", {"vector_add.py": [(old, new), ...]}) -> tree path.
+    Each `old` must occur in the solution, so a changed solution fails loudly here.
+    """
+    made = []
+
+    def make(exercise: str, track: str, edits: dict) -> Path:
+        made.append(exercise)
+        tree = tmp_path / f"tree{len(made)}"
+        src = ROOT / "solutions" / exercise / track
+        dst = tree / exercise / track
+        shutil.copytree(src, dst)
+        for name, pairs in edits.items():
+            text = (dst / name).read_text()
+            for old, new in pairs:
+                assert old in text, f"{old!r} not in solutions/{exercise}/{track}/{name}"
+                text = text.replace(old, new, 1)
+            (dst / name).write_text(text)
+        return tree
+    return make

@@ -1,0 +1,75 @@
+"""Build: compiler output summarized to the first real errors; caching; trees kept apart."""
+from pathlib import Path
+
+from grader.build import build_dir, explain_load_error, summarize_compiler_output, tree_tag
+from grader.discover import ROOT, discover
+
+NVCC_OUTPUT = """Error building extension 'scale_ext':
+[1/2] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile ... -c {tree}/02_scale/cuda/scale.cu -o scale.cuda.o
+FAILED: scale.cuda.o
+{tree}/02_scale/cuda/scale.cu(12): error: identifier "blockIdxx" is undefined
+      int i = blockIdxx.x * blockDim.x + threadIdx.x;
+              ^
+{tree}/02_scale/cuda/scale.cu(12): error: identifier "blockIdxx" is undefined
+/venv/torch/include/c10/util/TypeList.h(221): error: template instantiation failed
+{tree}/02_scale/cuda/scale.cu(20): error: expected a ";"
+4 errors detected in the compilation of "{tree}/02_scale/cuda/scale.cu".
+ninja: build stopped: subcommand failed.
+"""
+
+GCC_OUTPUT = """FAILED: bias_relu.o
+c++ -MMD -MF bias_relu.o.d ... -c {tree}/03/cuda/bias_relu.cpp -o bias_relu.o
+In file included from /venv/torch/include/torch/extension.h:5:
+{tree}/03/cuda/bias_relu.cpp:7:5: error: 'Tensr' was not declared in this scope; did you mean 'Tensor'?
+    7 |     Tensr y;
+{tree}/03/cuda/bias_relu.cpp:9:1: fatal error: missing.h: No such file or directory
+"""
+
+
+def _tree(tmp_path: Path) -> Path:
+    src = tmp_path / "02_scale" / "cuda"
+    src.mkdir(parents=True)
+    lines = [f"// line {i}" for i in range(1, 31)]
+    lines[11] = "    int i = blockIdxx.x * blockDim.x + threadIdx.x;"
+    (src / "scale.cu").write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+def test_nvcc_errors_learner_file_first_with_source_line(tmp_path):
+    tree = _tree(tmp_path)
+    text = summarize_compiler_output(NVCC_OUTPUT.format(tree=tree), tree)
+    lines = text.splitlines()
+    assert lines[0] == "3 compiler error(s); the first 3:"
+    assert lines[1] == '  02_scale/cuda/scale.cu:12: error: identifier "blockIdxx" is undefined'
+    assert "12 | int i = blockIdxx.x" in lines[2]
+    assert lines[3].startswith("  02_scale/cuda/scale.cu:20: error: expected a")
+    assert "TypeList.h" in lines[-1]           # library noise last, not first
+    assert "ninja" not in text and "nvcc --generate" not in text
+
+
+def test_gcc_errors(tmp_path):
+    text = summarize_compiler_output(GCC_OUTPUT.format(tree=tmp_path), tmp_path)
+    assert "03/cuda/bias_relu.cpp:7: error: 'Tensr' was not declared" in text
+    assert "03/cuda/bias_relu.cpp:9: error: missing.h: No such file" in text
+
+
+def test_no_recognizable_error_shows_the_tail(tmp_path):
+    text = summarize_compiler_output("something odd\nlast words\n", tmp_path)
+    assert "no compiler error line found" in text and "last words" in text
+
+
+def test_link_and_load_errors_are_explained():
+    text = summarize_compiler_output("foo.o: undefined reference to `launch_forward(int)'\n", Path("/"))
+    assert text.startswith("link failed") and "launch_forward" in text
+    msg = explain_load_error("/x/scale_ext.so: undefined symbol: _Z14launch_forwardi")
+    assert "launch_forward(int)" in msg and "declared and called but never defined" in msg
+
+
+def test_trees_build_apart():
+    ex = discover(only="01")[0]
+    track = ex.tracks["triton"]
+    assert tree_tag(ROOT / "starter") == "starter" and tree_tag(ROOT / "solutions") == "solutions"
+    other = tree_tag(Path("/tmp/someone/starter"))
+    assert other.startswith("starter-") and other != "starter"
+    dirs = {build_dir(ROOT / t, ex, track) for t in ("starter", "solutions")}
+    assert len(dirs) == 2

@@ -1,0 +1,39 @@
+"""Every solution passes every check this machine can run; every starter builds and scores 0.
+
+On a machine without a GPU, CUDA checks are reported as "needs a GPU" (never as passed); on a
+GPU machine none may be left unrun.
+"""
+import pytest
+
+from grader.discover import ROOT, discover
+from grader.isolate import run_track
+from grader.score import score
+
+from conftest import HAS_GPU
+
+TRACKS = [pytest.param(ex, t, id=f"{ex.id}-{t.name}") for ex in discover() for t in ex.tracks.values()]
+
+
+@pytest.mark.parametrize("ex, track", TRACKS)
+def test_solution_passes(ex, track):
+    r = run_track(ROOT / "solutions", ex, track)
+    assert r.build.get("ok"), r.build.get("message")
+    assert not r.ended, f"{r.ended}\n{r.log_tail}"
+    bad = [f"{c.name}: {c.outcome}: {c.message[:1500]}" for c in r.checks
+           if c.outcome not in ("passed", "needs a GPU")]
+    assert not bad, "\n\n".join(bad)
+    assert r.count("correctness", "passed") > 0, "no check could run here"
+    if HAS_GPU:
+        assert not [c.name for c in r.checks if c.outcome == "needs a GPU"]
+    elif track.sources:
+        # the CUDA kernels did not run here: their checks say so, and are not passed
+        assert r.count("correctness", "needs a GPU") > 0
+
+
+@pytest.mark.parametrize("ex, track", TRACKS)
+def test_starter_builds_and_scores_zero(ex, track):
+    r = run_track(ROOT / "starter", ex, track)
+    assert r.build.get("ok"), r.build.get("message")
+    assert not r.ended, f"{r.ended}\n{r.log_tail}"
+    assert r.not_implemented, [(c.name, c.outcome, c.message[:300]) for c in r.checks]
+    assert score(ex, r).total == 0

@@ -1,0 +1,100 @@
+"""Known-bad submissions: each is caught, with the right reason, and nothing else goes down.
+
+The bad trees are made from the solutions by small edits (see conftest.variant), so they stay
+in step with the solution they break.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from grader.discover import ROOT, discover
+from grader.isolate import run_track
+
+EX01 = discover(only="01")[0]
+ADD = "x.to(tl.float32) + y.to(tl.float32)"
+
+
+def grade01(tree, **kw):
+    return run_track(tree, EX01, EX01.tracks["triton"], **kw)
+
+
+def failures(result):
+    return {c.name.split("[")[0]: c for c in result.checks if c.outcome == "failed"}
+
+
+def test_wrong_values(variant):
+    r = grade01(variant("01_vector_add", "triton", {"vector_add.py": [(ADD, ADD.replace("+", "-"))]}))
+    f = failures(r)
+    assert "test_matches_reference" in f and not r.ended
+    msg = f["test_matches_reference"].message
+    assert "first mismatches (index: got vs expected)" in msg and "seed=" in msg
+    assert "Falsifying example" in msg or "@reproduce_failure" in msg  # how to reproduce it
+
+
+def test_unwritten_tail(variant):
+    r = grade01(variant("01_vector_add", "triton",
+                        {"vector_add.py": [("mask = offsets < n", "mask = offsets < n - 1")]}))
+    msg = failures(r)["test_matches_reference"].message
+    assert "written (outputs start as NaN)" in msg
+
+
+def test_mutated_input(variant):
+    r = grade01(variant("01_vector_add", "triton", {"vector_add.py": [
+        ("    tl.store(out_ptr + offsets", "    tl.store(x_ptr + offsets, out.to(out_ptr.dtype.element_ty), "
+         "mask=mask)\n    tl.store(out_ptr + offsets")]}))
+    assert "input `x` was modified" in failures(r)["test_matches_reference"].message
+
+
+def test_segfault_is_a_crash_of_one_check(variant):
+    r = grade01(variant("01_vector_add", "triton", {"vector_add.py": [
+        ("    out = torch.empty_like(x)\n", "    import os, signal\n    if x.numel() == 1000:\n"
+         "        os.kill(os.getpid(), signal.SIGSEGV)\n    out = torch.empty_like(x)\n")]}))
+    assert r.ended == "crashed: a segmentation fault (SIGSEGV)"
+    crashed = [c for c in r.checks if c.outcome == "crashed"]
+    assert [c.name for c in crashed] == ["test_output_on_input_device[" + crashed[0].name.split("[")[1]]
+    assert any(c.outcome == "passed" for c in r.checks)  # what ran before is kept
+    assert any(c.outcome == "not run" for c in r.checks)
+
+
+def test_os_exit(variant):
+    r = grade01(variant("01_vector_add", "triton", {"vector_add.py": [
+        ("    out = torch.empty_like(x)\n", "    import os\n    os._exit(3)\n")]}))
+    assert r.ended == "the process exited early with code 3"
+
+
+def test_infinite_loop_hits_the_check_timeout(variant, monkeypatch):
+    monkeypatch.setenv("GRADER_CHECK_TIMEOUT", "5")
+    r = grade01(variant("01_vector_add", "triton", {"vector_add.py": [
+        ("    out = torch.empty_like(x)\n", "    while x.numel() == 1000:\n        pass\n"
+         "    out = torch.empty_like(x)\n")]}))
+    assert r.ended.startswith("timed out: a check ran past its time limit")
+    assert any(c.outcome == "crashed" for c in r.checks)
+
+
+def test_track_time_limit_kills_the_worker(variant):
+    r = grade01(variant("01_vector_add", "triton", {"vector_add.py": [
+        ("import torch\n", "import time\ntime.sleep(600)\nimport torch\n")]}), timeout_s=20)
+    assert r.ended == "timed out: the track did not finish within its 20 s limit"
+
+
+def test_import_error_and_missing_entry_point(variant):
+    r = grade01(variant("01_vector_add", "triton", {"vector_add.py": [("def add(", "def add(:")]}))
+    assert r.build["ok"] is False and r.build["stage"] == "import"
+    assert "vector_add.py:" in r.build["message"] and "SyntaxError" in r.build["message"]
+    r = grade01(variant("01_vector_add", "triton", {"vector_add.py": [("def add(", "def plus(")]}))
+    assert "does not define `add`" in r.build["message"]
+
+
+def test_scorecard_completes_after_a_crash(variant, tmp_path):
+    tree = variant("01_vector_add", "triton", {"vector_add.py": [
+        ("    out = torch.empty_like(x)\n", "    import os, signal\n    os.kill(os.getpid(), signal.SIGSEGV)\n")]})
+    out = subprocess.run([sys.executable, "-m", "grader", "grade", "--submission", str(tree),
+                          "--no-bench", "--json", str(tmp_path / "r.json")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "crashed: a segmentation fault" in out.stdout
+    for ex in discover():  # every exercise still has its row
+        assert f"{ex.number}  {ex.name}" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr

@@ -1,0 +1,34 @@
+"""Points: proportional checks, threshold-to-credit mapping."""
+import pytest
+
+from grader.discover import Threshold, discover
+from grader.results import Check, TrackResult
+from grader.score import credit, score, threshold_value
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, 0.0), (float("nan"), 0.0), (0.3, 0.0), (0.6, 0.0), (0.725, 0.5), (0.85, 1.0), (2.0, 1.0),
+])
+def test_credit_is_linear_between_pass_and_full(value, expected):
+    assert credit(value, 0.6, 0.85) == pytest.approx(expected)
+
+
+def test_threshold_reads_the_right_figure():
+    figures = {"forward": {"fraction": 0.9, "speedup": {"eager": 4.0}},
+               "forward_backward": {"fraction": 0.5, "speedup": {"eager": 2.0}}}
+    assert threshold_value(Threshold("fraction_of_ceiling", None, "forward", 0.5, 0.8), figures) == 0.9
+    assert threshold_value(Threshold("speedup", "eager", "forward_backward", 1, 2), figures) == 2.0
+    assert threshold_value(Threshold("speedup", "compile", "forward", 1, 2), figures) is None
+
+
+def test_points_are_proportional_and_gpu_checks_earn_nothing():
+    ex = discover(only="01")[0]
+    r = TrackResult("01_vector_add", "triton", "t", build={"ok": True})
+    r.checks = [Check("a", "correctness", "passed"), Check("b", "correctness", "passed"),
+                Check("c", "correctness", "failed"), Check("d", "correctness", "needs a GPU")]
+    r.performance = {"status": "measured", "credit": 0.5}
+    s = score(ex, r)
+    assert s.correctness == pytest.approx(ex.points["correctness"] * 2 / 4)
+    assert s.performance == pytest.approx(ex.points["performance"] * 0.5)
+    r.build = {"ok": False}
+    assert score(ex, r).total == 0
