@@ -61,9 +61,8 @@ def _toolchain_env() -> list[str]:
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     if not os.environ.get("CUDA_HOME"):
-        nvcc = shutil.which("nvcc")
-        home = Path(nvcc).resolve().parent.parent if nvcc else Path("/usr/local/cuda")
-        if (home / "bin" / "nvcc").exists():
+        home = _find_cuda_home()
+        if home is not None:
             os.environ["CUDA_HOME"] = str(home)
     if "TORCH_CUDA_ARCH_LIST" not in os.environ:
         import torch
@@ -80,9 +79,27 @@ def _toolchain_env() -> list[str]:
     return includes
 
 
+def _find_cuda_home() -> Path | None:
+    """The CUDA install: nvcc plus its runtime library (an nvcc on PATH may be a wrapper script
+    in /usr/local/bin, whose parent is not the install)."""
+    nvcc = shutil.which("nvcc")
+    candidates = [Path(p) for p in (os.environ.get("CUDA_PATH"),) if p]
+    if nvcc:
+        candidates.append(Path(nvcc).resolve().parent.parent)
+    candidates.append(Path("/usr/local/cuda"))
+    for home in candidates:
+        has_lib = any(home.glob("lib64/libcudart*")) or any(home.glob("targets/*/lib/libcudart*"))
+        if (home / "bin" / "nvcc").exists() and has_lib:
+            return home
+    return None
+
+
 def build(tree: Path, exercise: Exercise, track: Track) -> Built:
     """Compile, link and load the track's sources; raise BuildError with a short summary."""
+    includes = _toolchain_env()  # before torch.utils.cpp_extension reads CUDA_HOME on import
     from torch.utils import cpp_extension
+    if os.environ.get("CUDA_HOME") and cpp_extension.CUDA_HOME != os.environ["CUDA_HOME"]:
+        cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"]  # imported earlier by someone else
 
     folder = tree / exercise.id / track.name
     missing = [s for s in track.sources if not (folder / s).is_file()]
@@ -90,7 +107,6 @@ def build(tree: Path, exercise: Exercise, track: Track) -> Built:
         raise BuildError(f"missing source file(s): {', '.join(str(folder / m) for m in missing)}")
     out = build_dir(tree, exercise, track)
     out.mkdir(parents=True, exist_ok=True)
-    includes = _toolchain_env()
     if track.sources and any(s.endswith(".cu") for s in track.sources) and not os.environ.get("CUDA_HOME"):
         raise BuildError("no CUDA compiler found: install the CUDA toolkit or set CUDA_HOME")
     so = out / f"{track.extension}.so"
@@ -124,7 +140,8 @@ def build(tree: Path, exercise: Exercise, track: Track) -> Built:
 
 _GCC = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?:fatal )?error:\s*(?P<msg>.*)$")
 _NVCC = re.compile(r"^(?P<file>\S+)\((?P<line>\d+)\):\s*(?:catastrophic )?error:?\s*(?P<msg>.*)$")
-_LINK = re.compile(r"(undefined reference to .*|multiple definition of .*|ld(?:\.\w+)?: error: .*)")
+_LINK = re.compile(r"(undefined reference to .*|multiple definition of .*|cannot find -l\S+|"
+                   r"ld(?:\.\w+)?: error: .*)")
 
 
 def summarize_compiler_output(text: str, tree: Path, limit: int = 5) -> str:

@@ -17,8 +17,8 @@ class Mismatch(AssertionError):
     """A check failed; the message is written for the learner."""
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.6g}"
+def _fmt(v: float, digits: int = 6) -> str:
+    return f"{v:.{digits}g}"
 
 
 def _context(ctx: dict) -> str:
@@ -62,21 +62,23 @@ def assert_close(got, expected, *, tol: dict, dtype=None, what: str = "output", 
     idx = lambda i: list(torch.unravel_index(torch.tensor(i), shape)) if len(shape) > 1 else [i]
     lines = [f"{what}: {bad.numel()} of {n} elements differ ({100 * bad.numel() / n:.3g}%)"
              f"{where}", "  first mismatches (index: got vs expected):"]
+    digits = 15 if got.dtype == torch.float64 else 6  # enough digits to see the difference
     for i in bad[:MAX_SHOWN].tolist():
-        lines.append(f"    {[int(j) for j in idx(i)]}: {_fmt(g[i].item())} vs {_fmt(e[i].item())}")
+        lines.append(f"    {[int(j) for j in idx(i)]}: {_fmt(g[i].item(), digits)} vs "
+                     f"{_fmt(e[i].item(), digits)}")
     finite = ~(torch.isnan(g) | torch.isinf(g))
     abs_err = torch.where(finite, (g - e).abs(), torch.full_like(g, float("inf")))
     worst = int(abs_err.argmax())
     rel = (abs_err / e.abs().clamp_min(atol)).max().item()
     lines.append(f"  max abs error {_fmt(abs_err[worst].item())} at {[int(j) for j in idx(worst)]}, "
                  f"max rel error {_fmt(rel)}; allowed: atol={atol:g} rtol={rtol:g}")
-    hint = _likely_cause(g, e, bad, shape, ok)
+    hint = _likely_cause(g, e, bad, shape, ok, got.dtype)
     if hint:
         lines.append(f"  likely cause: {hint}")
     raise Mismatch("\n".join(lines))
 
 
-def _likely_cause(g, e, bad, shape, ok) -> str | None:
+def _likely_cause(g, e, bad, shape, ok, dtype) -> str | None:
     n = g.numel()
     nan_bad = torch.isnan(g[bad]) & ~torch.isnan(e[bad])
     first = int(bad[0])
@@ -106,6 +108,9 @@ def _likely_cause(g, e, bad, shape, ok) -> str | None:
             return (f"{rows.numel()} whole rows are wrong (first {rows[0].item()}): the row "
                     f"index or the row stride")
     rel = ((g[bad] - e[bad]).abs() / e[bad].abs().clamp_min(1e-12)).median().item()
+    if rel < 5e-2 and dtype == torch.float64:
+        return ("small errors everywhere in float64: computing (or passing a scalar) in float32 "
+                "instead of float64?")
     if rel < 5e-2:
         return ("small errors everywhere: accumulating or computing in the storage dtype "
                 "(fp16/bf16) instead of float32?")

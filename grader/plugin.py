@@ -137,8 +137,10 @@ def _explain(exc: BaseException, item) -> dict:
     if frames:
         f = frames[-1]
         info["where"] = f"{Path(f.filename).name}:{f.lineno}"
-    info["not_implemented"] = isinstance(exc, NotImplementedError) or bool(
-        NOT_IMPLEMENTED.search(message))
+    # a stub says "not implemented yet"; PyTorch's own NotImplementedError ("Could not run
+    # 'ns::op' with arguments from the 'CPU' backend") is a real failure, not a stub
+    info["not_implemented"] = bool(NOT_IMPLEMENTED.search(message)) or (
+        isinstance(exc, NotImplementedError) and "Could not run" not in message)
     info["sticky"] = bool(STICKY.search(message))
     return info
 

@@ -98,3 +98,45 @@ def test_scorecard_completes_after_a_crash(variant, tmp_path):
     for ex in discover():  # every exercise still has its row
         assert f"{ex.number}  {ex.name}" in out.stdout
     assert "Traceback" not in out.stdout + out.stderr
+
+
+# --- CUDA: compile errors everywhere, broken kernels on the GPU --------------------------------
+
+EX02 = discover(only="02")[0]
+VEC_START = "  const int64_t n_vec = n / Vec::kSize;  // whole vectors\n"
+
+
+def grade02(tree, **kw):
+    return run_track(tree, EX02, EX02.tracks["cuda"], **kw)
+
+
+def test_compile_error_shows_file_line_and_source(variant):
+    r = grade02(variant("02_scale", "cuda", {"scale.cu": [(VEC_START, VEC_START + "  int oops = ;\n")]}))
+    assert r.build["ok"] is False and r.build["stage"] == "build"
+    msg = r.build["message"]
+    line = VEC_START.strip()
+    src = (ROOT / "solutions/02_scale/cuda/scale.cu").read_text().splitlines()
+    lineno = next(i for i, l in enumerate(src, 1) if l.strip() == line) + 1
+    assert f"02_scale/cuda/scale.cu:{lineno}: error: expected an expression" in msg, msg
+    assert f"{lineno} | int oops = ;" in msg
+    assert len(msg.splitlines()) < 15  # the first errors, not the template backtrace
+
+
+@pytest.mark.gpu
+def test_illegal_memory_access_stops_the_track_cleanly(variant):
+    r = grade02(variant("02_scale", "cuda", {"scale.cu": [
+        (VEC_START, VEC_START + "  if (n > 0) out[int64_t(1) << 40] = x[0];  // far out of bounds\n")]}))
+    assert r.build["ok"] and not r.ended, r.ended
+    assert "illegal memory access" in r.stopped, r.stopped
+    assert any(c.outcome == "failed" and "illegal memory access" in c.message for c in r.checks)
+    assert any(c.outcome == "not run" for c in r.checks)
+
+
+@pytest.mark.gpu
+def test_hung_kernel_times_out(variant, monkeypatch):
+    monkeypatch.setenv("GRADER_CHECK_TIMEOUT", "20")
+    r = grade02(variant("02_scale", "cuda", {"scale.cu": [
+        (VEC_START, VEC_START + "  if (n > 0) { volatile int spin = 1; while (spin) {} }  // hangs\n")]}),
+        timeout_s=300)
+    assert r.ended.startswith("timed out"), r.ended
+    assert any(c.outcome == "crashed" for c in r.checks)
