@@ -64,6 +64,7 @@ def _toolchain_env() -> list[str]:
         home = _find_cuda_home()
         if home is not None:
             os.environ["CUDA_HOME"] = str(home)
+    _use_a_shared_libstdcxx_compiler()
     if "TORCH_CUDA_ARCH_LIST" not in os.environ:
         import torch
         if torch.cuda.is_available():
@@ -77,6 +78,32 @@ def _toolchain_env() -> list[str]:
         if nvidia.is_dir():
             includes += [str(p) for p in sorted(nvidia.glob("cu*/include")) if p.is_dir()]
     return includes
+
+
+def _links_shared_libstdcxx(compiler: str) -> bool:
+    try:
+        out = subprocess.run([compiler, "-print-file-name=libstdc++.so"], capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return os.path.isabs(out) and os.path.exists(out)
+
+
+def _use_a_shared_libstdcxx_compiler() -> None:
+    """An extension must use the process's shared libstdc++. A compiler that links it statically
+    (seen: CXX=/opt/gcc/bin/g++ on the GPU machines) puts a second copy in the .so; its stream
+    facets then clash with torch's and the first TORCH_CHECK message that formats a number
+    segfaults. Such a CXX is swapped for the g++/gcc on PATH."""
+    cxx = os.environ.get("CXX")
+    if not cxx or _links_shared_libstdcxx(cxx):
+        return
+    for name, cc in (("g++", "gcc"), ("c++", "cc")):
+        candidate = shutil.which(name)
+        if candidate and candidate != cxx and _links_shared_libstdcxx(candidate):
+            os.environ["CXX"] = candidate
+            if shutil.which(cc):
+                os.environ["CC"] = shutil.which(cc)
+            return
 
 
 def _find_cuda_home() -> Path | None:

@@ -7,6 +7,7 @@ goes on with the next track.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,10 @@ def run_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = Fal
                 timed_out = timeout_s
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        keep = os.environ.get("GRADER_KEEP_LOGS")  # a folder: keep each worker's full log
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copy(log, Path(keep) / f"{exercise.id}-{track.name}.log")
         return from_events(read_events(events), exercise=exercise.id, track=track.name,
                            tree=str(tree), returncode=proc.returncode, timed_out=timed_out,
                            log=log.read_text(errors="replace"))

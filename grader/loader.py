@@ -24,6 +24,10 @@ class LoadError(RuntimeError):
 class Impl(SimpleNamespace):
     """The entry points of one track, plus what the grader learnt while loading it."""
 
+    def __repr__(self) -> str:  # short: hypothesis prints it in every failing example
+        names = [k for k in vars(self) if not k.startswith("_")]
+        return f"Impl({self._folder.parent.name}/{self._folder.name}: {', '.join(names)})"
+
 
 _LOADED: dict[tuple, Impl] = {}
 

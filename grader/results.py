@@ -92,6 +92,24 @@ def describe_exit(returncode: int | None, timed_out: float | None, log: str) -> 
     return f"the process exited early with code {returncode}"
 
 
+def crash_excerpt(log: str, limit: int = 30) -> str:
+    """What a learner needs from a dead worker's output: the fatal error and the innermost
+    frames of the thread that died (faulthandler prints them), else the log's last lines."""
+    lines = log.splitlines()
+    fatal = next((i for i, l in enumerate(lines) if l.startswith(("Fatal Python error", "+++"))), None)
+    if fatal is None:
+        return "\n".join(lines[-limit:])
+    current = next((i for i in range(fatal, len(lines)) if lines[i].startswith("Current thread")),
+                   fatal + 1)
+    block = [lines[fatal]]
+    for l in lines[current:]:
+        if l.startswith("Extension modules") or (len(block) > 2 and not l.strip()):
+            break
+        if "pluggy" not in l and "_pytest" not in l:  # pytest's plumbing tells nothing
+            block.append(l)
+    return "\n".join(block[:limit])
+
+
 def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
                 returncode: int | None = 0, timed_out: float | None = None,
                 log: str = "") -> TrackResult:
@@ -140,5 +158,5 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
                 c.outcome = "crashed"
                 c.message = result.ended
     result.checks = list(checks.values())
-    result.log_tail = "\n".join(log.splitlines()[-30:])
+    result.log_tail = crash_excerpt(log)
     return result

@@ -1,0 +1,221 @@
+"""Exercise 06 — rmsnorm, Triton track, solved.
+
+    y = x * rsqrt(mean(x^2, -1) + eps) * w        fp32 math, y in x's dtype
+    dx = rstd * (w*dy - xhat * mean(xhat*w*dy))    xhat = x * rstd
+    dw = sum over rows of dy * xhat
+
+Napkin math, (8, 4096, 4096) bf16: M = 32768 rows of N = 4096, 134,217,728 elements, 268 MB
+per tensor.
+  forward   reads x, writes y (w: 8 KB, rstd: 128 KB):        537 MB -> 125 us at 4.28 TB/s
+            (H200 copy), 179 us at 3.0 TB/s (H100)
+  backward  reads x and dy, writes dx (+ w, rstd, dw, and the dw partials: ~2%):
+                                                             805 MB -> 188 us / 268 us
+  both                                                      1342 MB -> 314 us / 447 us
+against 410 us for torch.compile of the composite on an H200 (ANCHORS.md). About 4 flops per
+byte at most: nowhere near the arithmetic units; all that matters is reading each byte once.
+
+Both ops are `triton_op`s: Inductor sees the Triton kernels inside them (and can schedule them
+with the rest of a compiled graph) instead of an opaque call, and their fake (meta) versions
+come for free by running the same Python with FakeTensors (the kernel launches are skipped).
+"""
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+# A row up to this long is held in registers in one block (one read of x); longer rows loop
+# over column blocks of LOOP_BLOCK and read x twice (the second read mostly hits L2).
+MAX_FWD_BLOCK = 16384
+MAX_BWD_BLOCK = 8192   # the backward holds x, dy, w and the dw accumulator: four row blocks
+LOOP_BLOCK = 4096
+# Backward programs per SM: enough warps to hide latency and the per-row reduction, few
+# enough that the dw partials ([programs, N] fp32, written once and read once) stay ~2%.
+PROGRAMS_PER_SM = 4
+CPU_PROGRAMS = 4       # on the interpreter: a few programs, so the row loop is exercised
+
+
+@triton.jit
+def _rmsnorm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr,   # x, y: [M, N]; w: [N]; rstd: [M]
+                        N, eps,
+                        BLOCK_N: tl.constexpr,           # columns per step (a power of two)
+                        ONE_BLOCK: tl.constexpr,         # N <= BLOCK_N: the row stays in registers
+                        F64: tl.constexpr):              # x is float64
+    # the math type: float32 for fp32/fp16/bf16 (convert every load before any arithmetic:
+    # Triton's CPU interpreter gets bf16 arithmetic wrong), float64 for float64 (gradcheck)
+    acc_ty = tl.float64 if F64 else tl.float32
+    row = tl.program_id(0).to(tl.int64)  # int64: row * N passes 2^31 on big inputs
+    x_row = x_ptr + row * N
+    y_row = y_ptr + row * N
+    cols = tl.arange(0, BLOCK_N)
+    if ONE_BLOCK:
+        # read x once, keep it in registers: 2 bytes in, 2 bytes out per element (bf16)
+        mask = cols < N
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(acc_ty)
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(acc_ty)
+        tl.store(y_row + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        # a row longer than a block: sum squares block by block, then normalize block by block
+        acc = tl.zeros([BLOCK_N], dtype=acc_ty)
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            x = tl.load(x_row + c, mask=c < N, other=0.0).to(acc_ty)
+            acc += x * x
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            mask = c < N
+            x = tl.load(x_row + c, mask=mask, other=0.0).to(acc_ty)
+            w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
+            tl.store(y_row + c, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def _rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr,  # dy, x: [M, N]; w: [N]; rstd: [M]
+                        dx_ptr, dw_part_ptr,             # dx: [M, N]; dw partials: [programs, N]
+                        M, N,
+                        BLOCK_N: tl.constexpr, ONE_BLOCK: tl.constexpr, F64: tl.constexpr):
+    # Persistent: program p takes rows p, p + P, p + 2P, ... and sums its rows' dy * xhat into
+    # one partial row of dw, which it alone writes: no atomics, and the same sum every run.
+    acc_ty = tl.float64 if F64 else tl.float32
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    part_row = dw_part_ptr + pid.to(tl.int64) * N
+    cols = tl.arange(0, BLOCK_N)
+    if ONE_BLOCK:
+        mask = cols < N
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(acc_ty)   # once per program
+        dw = tl.zeros([BLOCK_N], dtype=acc_ty)
+        for row in range(pid.to(tl.int64), M, nprog):
+            x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(acc_ty)
+            dy = tl.load(dy_ptr + row * N + cols, mask=mask, other=0.0).to(acc_ty)
+            rstd = tl.load(rstd_ptr + row)
+            xhat = x * rstd
+            wdy = w * dy
+            c = tl.sum(xhat * wdy, axis=0) / N
+            dx = (wdy - xhat * c) * rstd
+            tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+            dw += dy * xhat
+        tl.store(part_row + cols, dw, mask=mask)
+    else:
+        # A row longer than a block: the partial row is the accumulator (this program's own
+        # memory, read and written by the same threads), and each row takes two passes.
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            tl.store(part_row + c, tl.zeros([BLOCK_N], dtype=acc_ty), mask=c < N)
+        for row in range(pid.to(tl.int64), M, nprog):
+            rstd = tl.load(rstd_ptr + row)
+            acc = tl.zeros([BLOCK_N], dtype=acc_ty)
+            for start in range(0, N, BLOCK_N):
+                c = start + cols
+                mask = c < N
+                x = tl.load(x_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
+                dy = tl.load(dy_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
+                w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
+                acc += x * w * dy
+            mean = tl.sum(acc, axis=0) * rstd / N   # mean(xhat * w * dy)
+            for start in range(0, N, BLOCK_N):
+                c = start + cols
+                mask = c < N
+                x = tl.load(x_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
+                dy = tl.load(dy_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
+                w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
+                xhat = x * rstd
+                dx = (w * dy - xhat * mean) * rstd
+                tl.store(dx_ptr + row * N + c, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+                part = tl.load(part_row + c, mask=mask, other=0.0)
+                tl.store(part_row + c, part + dy * xhat, mask=mask)
+
+
+def _num_warps(block: int) -> int:
+    # ~16 elements per thread: 4096 columns -> 8 warps, 8192 and up -> 16
+    return 16 if block >= 8192 else 8 if block >= 2048 else 4
+
+
+def _math_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _check(x: torch.Tensor, w: torch.Tensor) -> None:
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        raise TypeError(f"x must be float32, float16, bfloat16 or float64, got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] == 0:
+        raise ValueError(f"x must have a last dimension of at least 1 (the rows), got shape "
+                         f"{tuple(x.shape)}")
+    if w.dim() != 1 or w.shape[0] != x.shape[-1]:
+        raise ValueError(f"w must have shape [{x.shape[-1]}] (x's last dimension), got "
+                         f"{tuple(w.shape)}")
+    if w.dtype != x.dtype:
+        raise TypeError(f"w must have x's dtype {x.dtype}, got {w.dtype}")
+    if w.device != x.device:
+        raise ValueError(f"w must be on x's device {x.device}, got {w.device}")
+
+
+@triton_op("ex06_triton::rmsnorm_fwd", mutates_args=())
+def rmsnorm_fwd(x: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    _check(x, w)
+    x = x.contiguous()  # the kernel walks rows with stride N; a no-op for contiguous x
+    w = w.contiguous()
+    N = x.shape[-1]
+    M = x.numel() // N
+    y = torch.empty_like(x)
+    rstd = torch.empty(x.shape[:-1], dtype=_math_dtype(x), device=x.device)
+    if M == 0:
+        return y, rstd
+    one_block = N <= MAX_FWD_BLOCK
+    block = triton.next_power_of_2(N) if one_block else LOOP_BLOCK
+    # one program per row: 32768 programs of 8 warps for the headline case, the row in registers
+    wrap_triton(_rmsnorm_fwd_kernel)[(M,)](
+        x, w, y, rstd, N, eps, BLOCK_N=block, ONE_BLOCK=one_block,
+        F64=x.dtype == torch.float64, num_warps=_num_warps(block))
+    return y, rstd
+
+
+@triton_op("ex06_triton::rmsnorm_bwd", mutates_args=())
+def rmsnorm_bwd(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+                rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    _check(x, w)
+    if dy.shape != x.shape:
+        raise ValueError(f"dy must have x's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
+    # dy often arrives strided (the gradient of a sum is an expanded scalar): copy it then
+    dy, x, w, rstd = dy.contiguous(), x.contiguous(), w.contiguous(), rstd.contiguous()
+    N = x.shape[-1]
+    M = x.numel() // N
+    dx = torch.empty_like(x)
+    if M == 0:
+        return dx, torch.zeros_like(w)
+    if x.is_cuda:
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        programs = min(M, sms * PROGRAMS_PER_SM)
+    else:
+        programs = min(M, CPU_PROGRAMS)
+    partials = torch.empty((programs, N), dtype=_math_dtype(x), device=x.device)
+    one_block = N <= MAX_BWD_BLOCK
+    block = triton.next_power_of_2(N) if one_block else LOOP_BLOCK
+    wrap_triton(_rmsnorm_bwd_kernel)[(programs,)](
+        dy, x, w, rstd, dx, partials, M, N, BLOCK_N=block, ONE_BLOCK=one_block,
+        F64=x.dtype == torch.float64, num_warps=_num_warps(block))
+    # The second stage: [programs, N] -> [N], a few MB, summed in fp32 in a fixed order.
+    dw = partials.sum(dim=0).to(w.dtype)
+    return dx, dw
+
+
+def _setup_context(ctx, inputs, output):
+    x, w, _eps = inputs
+    _y, rstd = output
+    ctx.save_for_backward(x, w, rstd)  # rstd: 4 bytes per row, instead of recomputing it
+
+
+def _backward(ctx, dy, _drstd):
+    x, w, rstd = ctx.saved_tensors
+    dx, dw = rmsnorm_bwd(dy, x, w, rstd)
+    return dx, dw, None
+
+
+rmsnorm_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    y, _rstd = rmsnorm_fwd(x, w, float(eps))
+    return y
