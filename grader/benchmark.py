@@ -60,13 +60,16 @@ def time_fn(fn, *, grad_to_none=None, rep_ms: int = 200, warmup_ms: int = 50) ->
     return stats(q)
 
 
-def wall_ms(fn, *, budget_ms: float, event_ms: float) -> float:
-    """Wall-clock ms per call over back-to-back calls, ending in a device-wide synchronize."""
+def wall_ms(fn, *, budget_ms: float, event_ms: float, grad_to_none=None) -> float:
+    """Wall-clock ms per call over back-to-back calls, ending in a device-wide synchronize.
+    Gradients are reset as do_bench does (accumulating them would add a pass per call)."""
     import torch
     n = max(3, min(200, int(budget_ms / max(event_ms, 1e-3))))
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(n):
+        for t in grad_to_none or ():
+            t.grad = None
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - start) * 1e3 / n
@@ -167,7 +170,7 @@ class Case:
 def _time_impl(case: Case, fn, mode: str) -> dict:
     run, leaves = case.step(fn, mode)
     t = time_fn(run, grad_to_none=leaves)
-    t["wall_ms"] = wall_ms(run, budget_ms=200, event_ms=t["ms"])
+    t["wall_ms"] = wall_ms(run, budget_ms=200, event_ms=t["ms"], grad_to_none=leaves)
     return t
 
 
