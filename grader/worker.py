@@ -1,10 +1,12 @@
 """The worker: grades one track of one tree in a process of its own (started by grader.isolate).
 
-    python -m grader.worker --tree starter --exercise 02_scale --track cuda --events E.jsonl [--bench]
+    python -m grader.worker --tree starter --exercise 02_scale --track cuda --events E.jsonl \
+        [--phase checks|bench]
 
-It builds/imports the track, runs the exercise's checks through pytest and the grader plugin,
-then (with --bench, on a GPU, when every check passed) times it. Everything it learns goes to
-the events file as it happens; whatever kills this process, the parent reads what was written.
+Phase `checks` builds/imports the track and runs the exercise's checks through pytest and the
+grader plugin; phase `bench` (a fresh process, once every check passed) times it. Everything it
+learns goes to the events file as it happens; whatever kills this process, the parent reads
+what was written.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def main(argv=None) -> int:
     p.add_argument("--exercise", required=True)
     p.add_argument("--track", required=True)
     p.add_argument("--events", required=True)
-    p.add_argument("--bench", action="store_true")
+    p.add_argument("--phase", choices=["checks", "bench"], default="checks")
     args = p.parse_args(argv)
     if not HAS_GPU:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
@@ -40,6 +42,11 @@ def main(argv=None) -> int:
 
     from grader.build import BuildError
     from grader.loader import LoadError, load_track
+    if args.phase == "bench":  # the parent saw every check pass; the build is cached
+        from grader.benchmark import grade_performance
+        grade_performance(exercise, load_track(args.tree, exercise, track), record)
+        record(event="done")
+        return 0
     start = time.perf_counter()
     try:
         impl = load_track(args.tree, exercise, track)
@@ -61,9 +68,6 @@ def main(argv=None) -> int:
                         "--track", track.name, "--events", args.events, "--rootdir", str(ROOT),
                         "-q", "--no-header", "-p", "no:cacheprovider", "-rN", "--tb=short"])
     record(event="checks", exit_code=int(code))
-    if args.bench:
-        from grader.benchmark import grade_performance
-        grade_performance(exercise, track, impl, args.events, record)
     record(event="done")
     return 0
 
