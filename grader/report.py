@@ -284,7 +284,7 @@ def bench_plot(data: dict, path: Path) -> None:
                 if pts:
                     ax.plot(*zip(*pts), marker="o", label=name,
                             linewidth=2.5 if name in ex["sweep"][0]["figures"][mode]["impls"] else 1.2)
-            ax.axhline(ex["ceiling_value"], color="gray", linestyle="--", label=f"ceiling")
+            ax.axhline(ex["ceiling_value"], color="gray", linestyle="--", label="ceiling")
             ax.set_xscale("log", base=2)
             ax.set_xlabel(key)
             ax.set_ylabel(unit)

@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     from grader.loader import LoadError, load_track
     if args.phase == "bench":  # the parent saw every check pass; the build is cached
         from grader.benchmark import grade_performance
-        grade_performance(exercise, load_track(args.tree, exercise, track), record)
+        grade_performance(exercise, track, load_track(args.tree, exercise, track), record)
         record(event="done")
         return 0
     start = time.perf_counter()

@@ -3,7 +3,6 @@
 The bad trees are made from the solutions by small edits (see conftest.variant), so they stay
 in step with the solution they break.
 """
-import os
 import subprocess
 import sys
 
@@ -11,6 +10,8 @@ import pytest
 
 from grader.discover import ROOT, discover
 from grader.isolate import run_track
+
+from conftest import HAS_GPU
 
 EX01 = discover(only="01")[0]
 ADD = "x.to(tl.float32) + y.to(tl.float32)"
@@ -140,3 +141,13 @@ def test_hung_kernel_times_out(variant, monkeypatch):
         timeout_s=300)
     assert r.ended.startswith("timed out"), r.ended
     assert any(c.outcome == "crashed" for c in r.checks)
+
+
+def test_timing_phase_runs_in_its_own_worker():
+    r = grade01(ROOT / "solutions", bench=True)
+    assert not r.ended and r.count("correctness", "passed") == r.total("correctness")
+    if HAS_GPU:
+        assert r.performance["status"] == "measured", r.performance
+        assert r.performance["figures"]["forward"]["ms"] > 0
+    else:
+        assert r.performance == {"status": "needs a GPU"}, r.performance
