@@ -122,7 +122,9 @@ def baseline_fns(exercise: Exercise, ref) -> dict:
         if name == "eager":
             fns[name] = ref.reference
         elif name == "compile":
-            fns[name] = torch.compile(ref.reference)
+            # static shapes: one specialized compile per swept shape (measure() resets dynamo
+            # per case), not the slower dynamic-shape kernels dynamo switches to by itself
+            fns[name] = torch.compile(ref.reference, dynamic=False)
         elif hasattr(ref, name):
             fns[name] = getattr(ref, name)
         else:
@@ -206,6 +208,7 @@ def measure(exercise: Exercise, ref, impls: dict, case: dict, *, ceilings: dict,
     import torch
     b = exercise.benchmark
     bench_case = Case(exercise, ref, case)
+    torch._dynamo.reset()  # each case compiles afresh: no cache or guard state from the last one
     figures = {}
     for mode in b.modes:
         model = ref.traffic(case, bench_case.dtype, mode)
