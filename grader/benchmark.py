@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from grader.discover import Exercise, Track
+from grader.reference import load_reference
 from grader.score import credit, threshold_value
 
 CEILING_NAMES = {"bandwidth": ("copy bandwidth", "GB/s"),
@@ -101,15 +102,6 @@ def measure_ceilings(cache_dir: Path) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))
     return out
-
-
-def _reference_module(exercise: Exercise):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(f"reference_{exercise.id}",
-                                                  exercise.dir / "reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def baseline_fns(exercise: Exercise, ref) -> dict:
@@ -254,7 +246,7 @@ def grade_performance(exercise: Exercise, track: Track, impl, record) -> None:
         record(event="performance", status="needs a GPU")
         return
     ceilings = measure_ceilings(CACHE)
-    ref = _reference_module(exercise)
+    ref = load_reference(exercise)
     m = measure(exercise, ref, {"yours": getattr(impl, exercise.benchmark.call)},
                 exercise.benchmark.case, ceilings=ceilings, baselines=baseline_fns(exercise, ref))
     record(event="performance", **summarize(exercise, m, ceilings))
@@ -350,7 +342,7 @@ def bench_exercise(tree: Path, exercise: Exercise) -> dict:
     from grader.build import CACHE
     from grader.loader import load_track
     ceilings = measure_ceilings(CACHE)
-    ref = _reference_module(exercise)
+    ref = load_reference(exercise)
     b = exercise.benchmark
     impls, errors = {}, {}
     for track in exercise.tracks.values():

@@ -24,6 +24,7 @@ from pathlib import Path
 from grader.discover import ROOT, Exercise, Track
 
 CACHE = Path(os.environ.get("GRADER_CACHE", ROOT / ".cache"))
+INCLUDE = ROOT / "include"  # common.cuh: the CUDA helpers every track may include
 
 
 class BuildError(RuntimeError):
@@ -151,7 +152,7 @@ def build(tree: Path, exercise: Exercise, track: Track) -> Built:
                 build_directory=str(out),
                 extra_cflags=["-O3"],
                 extra_cuda_cflags=["-O3", "-lineinfo"],
-                extra_include_paths=includes,
+                extra_include_paths=[str(INCLUDE)] + includes,
                 is_python_module=track.python_module,
                 verbose=False,
             )

@@ -39,6 +39,7 @@ class Track:
     entry_points: tuple[str, ...]
     cpu: bool                 # the track also runs on CPU tensors (a C++ CPU path)
     start: str                # one-line hint: where a learner starts
+    allow: tuple[str, ...] = ()  # PyTorch ops this track may call besides the exercise's
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Exercise:
     benchmark: Benchmark | None
     timeout_s: int            # the whole track: build + checks + benchmark
     test_timeout_s: int       # one check
+    allow: tuple[str, ...] = ()  # PyTorch (ATen) ops a submission may call (see grader.trust)
 
     @property
     def id(self) -> str:      # "02_scale": the folder name, also the folder in a submission tree
@@ -142,7 +144,7 @@ class _Fields:
 
 def _track(f: _Fields, name: str, exercise_id: str) -> Track:
     f.unknown({"files", "sources", "extension", "python_module", "module", "ops_namespace",
-               "entry_points", "cpu", "start"})
+               "entry_points", "cpu", "start", "allow"})
     files = f.strings("files")
     if not files:
         raise f.error("files", "at least one file")
@@ -168,7 +170,15 @@ def _track(f: _Fields, name: str, exercise_id: str) -> Track:
     return Track(name=name, files=files, sources=sources, extension=extension,
                  python_module=f.get("python_module", bool, False), module=module,
                  ops_namespace=namespace, entry_points=entry_points, cpu=f.get("cpu", bool, False),
-                 start=f.get("start", str))
+                 start=f.get("start", str), allow=_ops_list(f))
+
+
+def _ops_list(f: _Fields) -> tuple[str, ...]:
+    ops = f.strings("allow", ())
+    for op in ops:
+        if re.fullmatch(r"aten::\w+", op) is None:
+            raise f.error("allow", f"{op!r}: name ATen ops as aten::name (e.g. aten::sum)")
+    return ops
 
 
 def _threshold(f: _Fields, baselines) -> Threshold:
@@ -225,7 +235,7 @@ def load_exercise(folder: Path) -> Exercise:
         raise SpecError(f"{path}: not valid TOML: {e}") from None
     f = _Fields(path, table)
     f.unknown({"title", "summary", "dtypes", "tolerance", "points", "tracks", "benchmark",
-               "timeout_s", "test_timeout_s"})
+               "timeout_s", "test_timeout_s", "allow"})
     tolerance = {k: dict(v) for k, v in DEFAULT_TOLERANCE.items()}
     tol = f.sub("tolerance", {})
     for dtype, bounds in tol.table.items():
@@ -250,6 +260,7 @@ def load_exercise(folder: Path) -> Exercise:
         summary=f.get("summary", str, ""), dtypes=f.strings("dtypes", allowed=DTYPES),
         tolerance=tolerance, points=pts, tracks=tracks, benchmark=bench,
         timeout_s=f.get("timeout_s", int, 900), test_timeout_s=f.get("test_timeout_s", int, 120),
+        allow=_ops_list(f),
     )
 
 

@@ -22,11 +22,56 @@ class LoadError(RuntimeError):
 
 
 class Impl(SimpleNamespace):
-    """The entry points of one track, plus what the grader learnt while loading it."""
+    """The entry points of one track, plus what the grader learnt while loading it.
+
+    Besides the entry points (`impl.add(x, y)`), the checks may ask for:
+      impl.op("ns::name")                   a registered op, callable
+      impl.opcheck("ns::name", args, kw)    torch.library.opcheck of it; Mismatch if it fails
+      impl.compiled(entry, *args, wrap=..)  torch.compile(fullgraph=True) of the entry point, or
+                                            of reference.<wrap>(entry) (a model around it)
+    all run where the submission runs.
+    """
 
     def __repr__(self) -> str:  # short: hypothesis prints it in every failing example
         names = [k for k in vars(self) if not k.startswith("_")]
         return f"Impl({self._folder.parent.name}/{self._folder.name}: {', '.join(names)})"
+
+    def op(self, qualname: str):
+        import torch
+        ns, name = qualname.split("::")
+        return getattr(getattr(torch.ops, ns), name)
+
+    def opcheck(self, qualname: str, args: tuple, kwargs: dict | None = None) -> None:
+        import torch
+        from grader.check import Mismatch
+        op = self.op(qualname)
+        overload = op.default if hasattr(op, "default") else op
+        try:
+            torch.library.opcheck(overload, tuple(args), dict(kwargs or {}))
+        except Exception as e:  # opcheck raises OpCheckError and others: say which test failed
+            raise Mismatch(f"torch.library.opcheck({qualname}) failed: {type(e).__name__}: "
+                           f"{str(e)[:1500]}") from None
+
+    def compiled(self, entry: str, *args, wrap: str | None = None):
+        import torch
+        from grader.check import Mismatch
+        fn = getattr(self, entry)
+        if wrap is not None:
+            fn = getattr(self._reference, wrap)(fn)
+        key = (entry, wrap)
+        cache = self.__dict__.setdefault("_compiled", {})
+        if key not in cache:
+            cache[key] = torch.compile(fn, fullgraph=True)
+        try:
+            return cache[key](*args)
+        except Exception as e:
+            text = f"{type(e).__name__}: {str(e)[:1500]}"
+            if "graph break" in text.lower() or "Unsupported" in type(e).__name__:
+                raise Mismatch(f"torch.compile(fullgraph=True) hit a graph break: {text}. "
+                               f"Register the op with the dispatcher (triton_op / "
+                               f"TORCH_LIBRARY), give it a fake kernel, and call it through "
+                               f"torch.ops") from None
+            raise
 
 
 _LOADED: dict[tuple, Impl] = {}
@@ -50,7 +95,7 @@ def _load(tree: Path, exercise: Exercise, track: Track) -> Impl:
         sys.modules[track.extension] = built.module
     module = None
     if track.module:
-        module = _import_file(folder / track.module, f"submission_{exercise.id}_{track.name}")
+        module = import_file(folder / track.module, f"submission_{exercise.id}_{track.name}")
     entry = {}
     for name in track.entry_points:
         if module is not None:
@@ -67,10 +112,13 @@ def _load(tree: Path, exercise: Exercise, track: Track) -> Impl:
                 raise LoadError(f"no operator {track.ops_namespace}::{name} is registered: "
                                 f"check the TORCH_LIBRARY({track.ops_namespace}, m) block and "
                                 f"its m.def(\"{name}(...) -> ...\")") from None
-    return Impl(**entry, _built=built, _module=module, _folder=folder)
+    from grader.reference import load_reference
+    return Impl(**entry, _built=built, _module=module, _folder=folder,
+                _reference=load_reference(exercise))
 
 
-def _import_file(path: Path, name: str):
+def import_file(path: Path, name: str):
+    """Import one file as module `name`; a failure is a LoadError naming the file and line."""
     sys.dont_write_bytecode = True  # leave no __pycache__ in the learner's tree
     sys.path.insert(0, str(path.parent))  # sibling imports of the track folder work
     spec = importlib.util.spec_from_file_location(name, path)

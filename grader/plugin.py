@@ -205,12 +205,8 @@ def impl(request, exercise, track):
 @pytest.fixture(scope="module")
 def ref(exercise):
     """The exercise's reference.py, imported."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(f"reference_{exercise.id}",
-                                                  exercise.dir / "reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from grader.reference import load_reference
+    return load_reference(exercise)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,159 @@
+"""Testing: the helpers every op exercise's checks need, written once.
+
+    from grader.testing import value_and_grads, expected_grads, assert_all_close, sum_tol, ...
+
+- `value_and_grads(fn, *args, wrt=(0, 1), dy=...)`: run an op (the submission's, through `impl`,
+  or the reference) and backpropagate `dy`; returns the outputs and the gradients of the inputs
+  in `wrt`, failing with a message that names what is missing (no grad_fn, no gradient).
+- `expected_grads(ref_fn, ...)`: the same on float64 copies: the expectation.
+- `sum_tol(tol, terms, dtype)`: a tolerance that grows with the length of a sum (dw, db, GEMMs).
+- `sum_bound(abs_sum, terms)`: the absolute error bound of a float32 sum (reductions).
+- `opcheck_samples(impl, ...)`: torch.library.opcheck over sample inputs, in the submission's
+  process (extension-cpp's `sample_inputs` + opcheck).
+- `compiled_matches(impl, ...)`: torch.compile(fullgraph=True) of the op (or of a small model
+  built around it by reference.py), compared against eager values.
+- `skip_on_interpreter(...)`: Triton's CPU interpreter cannot run opcheck or torch.compile.
+
+Everything calls the submission only through `impl`: `impl.<entry>(...)`, `impl.op("ns::name")`,
+`impl.opcheck(...)`, `impl.compiled(...)`. Nothing here imports a submission.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from grader import check
+from grader.check import Mismatch
+
+INTERPRETER = ("needs a GPU: Triton's CPU interpreter reads the data pointer of every tensor a "
+               "kernel gets, and {what} runs the op on FakeTensors, which have none")
+
+
+def on_interpreter(track, device) -> bool:
+    """A Python (Triton) track running on CPU tensors: Triton's interpreter."""
+    return device == "cpu" and not track.sources
+
+
+def skip_on_interpreter(track, device, what: str) -> None:
+    if on_interpreter(track, device):
+        pytest.skip(INTERPRETER.format(what=what))
+
+
+def leaf(t: torch.Tensor) -> torch.Tensor:
+    """A fresh leaf that requires grad, with `t`'s own strides (clone() would make a gapped view
+    like x[:, ::2] dense, and the strided-input checks would test nothing)."""
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return out.copy_(t.detach()).requires_grad_()
+
+
+def _as_tuple(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+
+
+def value_and_grads(fn, *args, wrt=(0,), dy):
+    """(outputs, grads): `fn(*args)` with the inputs in `wrt` as fresh leaves, then backward.
+
+    `dy` is the incoming gradient: a tensor for a one-output op, a tuple (None where an output
+    gets no gradient) for several. Outputs are returned detached, as a tuple.
+    """
+    args = list(args)
+    for i in wrt:
+        args[i] = leaf(args[i])
+    outs = _as_tuple(fn(*args))
+    dys = _as_tuple(dy)
+    pairs = [(o, d) for o, d in zip(outs, dys) if d is not None]
+    for k, (o, _) in enumerate(pairs):
+        if not isinstance(o, torch.Tensor) or not o.requires_grad:
+            raise Mismatch(f"output {k} does not require grad although its inputs do: is the "
+                           f"backward registered (autograd.Function / register_autograd) and does "
+                           f"the entry point call the op that has it?")
+    torch.autograd.backward([o for o, _ in pairs], [d for _, d in pairs])
+    grads = []
+    for i in wrt:
+        if args[i].grad is None:
+            raise Mismatch(f"no gradient reached argument {i}: the backward must return a "
+                           f"gradient for every input that requires one")
+        grads.append(args[i].grad)
+    return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in outs), tuple(grads)
+
+
+def float64(v):
+    """Floating tensors (in tuples too) as float64; everything else unchanged."""
+    if isinstance(v, torch.Tensor):
+        return v.detach().double() if v.is_floating_point() else v
+    if isinstance(v, (tuple, list)):
+        return type(v)(float64(x) for x in v)
+    return v
+
+
+def expected_grads(ref_fn, *args, wrt=(0,), dy):
+    """The expectation: `value_and_grads` of the reference on float64 copies of everything."""
+    return value_and_grads(ref_fn, *float64(args), wrt=wrt, dy=float64(dy))
+
+
+def sum_tol(tol: dict, terms: int, dtype) -> dict:
+    """A tolerance for outputs that are sums over `terms` rows (dw, db, dB of a GEMM, ...).
+
+    An implementation may round each term to the storage dtype before an fp32 sum (Hugging Face's
+    Llama RMSNorm and Liger's default do): per-term errors of relative size ~u (2^-9 for bf16)
+    with random signs add up like a random walk, ~sqrt(terms) times one term's, so for 16-bit
+    dtypes the absolute bound grows with sqrt(terms). Accumulating in 16 bits itself rounds the
+    running sum (~sqrt(terms) in size) at every step, an error growing like `terms`: far outside
+    this bound once terms >> 1 (a check with all-positive terms shows it). float32 and float64
+    keep their bound: their sums are exact enough at the sizes checked.
+    """
+    out = dict(tol)
+    if dtype in (torch.float16, torch.bfloat16):
+        out["atol"] = out["atol"] * max(1.0, math.sqrt(terms))
+    return out
+
+
+def sum_bound(abs_sum: float, terms: int, acc=torch.float32, lam: float = 4.0) -> float:
+    """Absolute error bound for a sum of `terms` values accumulated in `acc` (a reduction).
+
+    Rounding errors of a sum in any order that keeps running sums in `acc` stay below
+    lam * sqrt(terms) * u * sum(|x_i|) with overwhelming probability (Higham & Mary, "A new
+    approach to probabilistic rounding error analysis", 2019), u the unit roundoff of `acc`
+    (2^-24 for float32). A tree or blocked order does better still. A 16-bit accumulator has
+    u = 2^-11 (fp16) or 2^-8 (bf16): thousands of times this bound on a long sum.
+    """
+    u = torch.finfo(acc).eps / 2
+    return lam * math.sqrt(max(terms, 1)) * u * abs_sum + torch.finfo(acc).tiny
+
+
+def assert_all_close(got, want, *, tols, names, **ctx):
+    """Compare tuples of tensors; `tols` is one tolerance dict or one per tensor."""
+    tols = tols if isinstance(tols, (tuple, list)) else [tols] * len(names)
+    for g, w, tol, name in zip(got, want, tols, names):
+        check.assert_close(g, w, tol=tol, dtype=g.dtype if isinstance(g, torch.Tensor) else None,
+                           what=name, **ctx)
+
+
+def opcheck_samples(impl, track, device, qualname: str, samples) -> None:
+    """torch.library.opcheck(qualname) over sample inputs: [(args, kwargs or None), ...].
+
+    opcheck runs the op's schema, fake (meta) kernel, autograd registration and AOT dispatch
+    tests. It runs in the submission's process (it must call the registered op there).
+    """
+    skip_on_interpreter(track, device, "opcheck")
+    for args, kwargs in samples:
+        impl.opcheck(qualname, tuple(args), dict(kwargs or {}))
+
+
+def compiled_matches(impl, track, device, entry: str, args, *, expected, tol, wrap=None,
+                     wrt=(), dy=None, names=None):
+    """torch.compile(fullgraph=True) of the entry point (or of `reference.<wrap>(entry)`, a small
+    model around it) runs without a graph break, and its outputs (and gradients of `wrt`) match
+    `expected` (values computed in this process, e.g. the float64 reference)."""
+    skip_on_interpreter(track, device, "torch.compile")
+    fn = lambda *a: impl.compiled(entry, *a, wrap=wrap)
+    if wrt:
+        outs, grads = value_and_grads(fn, *args, wrt=wrt, dy=dy)
+        got = outs + grads
+    else:
+        got = _as_tuple(fn(*args))
+    names = names or [f"compiled output {i}" for i in range(len(got))]
+    for g, e, name in zip(got, expected, names):
+        check.assert_close(g, e, tol=tol, dtype=g.dtype, what=name)

@@ -1,0 +1,130 @@
+// common.cuh — the CUDA helpers every exercise hands out (llm.c keeps one common.h the same way).
+//
+// Kernel-side only: this header includes CUDA headers and nothing from PyTorch, so a `.cu` file
+// that includes it (and not ATen) compiles in about a second. The grader puts this folder on the
+// include path of every CUDA track: `#include "common.cuh"`.
+//
+//   course::Acc<T>::type       the math type: float for half/bfloat16/float, double for double
+//   course::Vec<T, N>          N elements moved as one load/store (16 bytes: kVec16<T> elements)
+//   course::warp_sum/max       a value reduced over the 32 lanes of a warp, returned to each lane
+//   course::block_sum/max      a value reduced over the block, returned to every thread
+//   course::ceil_div, grid_for, num_sms
+//   CUDA_CHECK(expr)           throws std::runtime_error naming the call, file and line; PyTorch
+//                              turns it into a Python RuntimeError
+//   CUDA_LAUNCH_CHECK()        the same for the launch just made (bad configuration, no kernel
+//                              image for this GPU, ...)
+//
+// Exercises whose lesson is one of these helpers (04: the block reduction) keep their own copy.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#define CUDA_CHECK(expr)                                                                     \
+  do {                                                                                       \
+    const cudaError_t course_err_ = (expr);                                                  \
+    if (course_err_ != cudaSuccess)                                                          \
+      throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(course_err_) + \
+                               " (" #expr " at " __FILE__ ":" + std::to_string(__LINE__) + ")"); \
+  } while (0)
+
+#define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+namespace course {
+
+// The math type: 16-bit inputs are computed in float (their sums lose bits fast otherwise);
+// double stays double so that torch.autograd.gradcheck, which needs float64, can run.
+template <typename T> struct Acc { using type = float; };
+template <> struct Acc<double> { using type = double; };
+
+// N elements of T loaded or stored as one instruction. The alignment makes the compiler emit
+// one 16-byte access (LDG.128 / STG.128) when sizeof(T) * N == 16, the widest a thread can issue.
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+// Elements of T in 16 bytes: 4 floats, 8 halves or bfloat16s, 2 doubles.
+template <typename T> constexpr int kVec16 = 16 / int(sizeof(T));
+
+// May a pointer be read as Vec<T, N>? (views and odd offsets are not 16-byte aligned)
+template <typename T, int N>
+__host__ __device__ inline bool aligned_for(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % (sizeof(T) * N) == 0;
+}
+
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Streaming multiprocessors of the current device (asked once per process and device).
+inline int num_sms() {
+  static int cached[64] = {0};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 64 && cached[dev]) return cached[dev];
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  if (dev < 64) cached[dev] = sms;
+  return sms;
+}
+
+// Blocks for a grid-stride loop over `work` items, `per_block` items per block per trip: enough
+// to fill every SM `blocks_per_sm` times over, never more than the work needs (at least 1).
+inline int grid_for(int64_t work, int per_block, int blocks_per_sm = 4) {
+  const int64_t needed = ceil_div(work, per_block);
+  const int64_t full = int64_t(num_sms()) * blocks_per_sm;
+  return int(needed < 1 ? 1 : (needed < full ? needed : full));
+}
+
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <typename A>
+__device__ __forceinline__ A warp_max(A v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const A o = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
+// Reduce over the block (blockDim.x a multiple of 32, at most 1024), returned to every thread.
+// `shared` holds 33 values: one per warp, and slot 32 for the result, so back-to-back calls with
+// the same buffer never race: a warp writes its slot for the next call only after the barrier
+// that follows every read of this one.
+template <typename A, typename Op>
+__device__ __forceinline__ A block_reduce(A v, A* shared, A identity, Op warp_op) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_op(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    A t = lane < warps ? shared[lane] : identity;
+    t = warp_op(t);
+    if (lane == 0) shared[32] = t;
+  }
+  __syncthreads();
+  return shared[32];
+}
+
+template <typename A>
+__device__ __forceinline__ A block_sum(A v, A* shared) {
+  return block_reduce(v, shared, A(0), [](A x) { return warp_sum(x); });
+}
+
+// For max: identity -inf (float/double); a block of all -inf returns -inf.
+template <typename A>
+__device__ __forceinline__ A block_max(A v, A* shared) {
+  return block_reduce(v, shared, -A(INFINITY), [](A x) { return warp_max(x); });
+}
+
+}  // namespace course
