@@ -31,6 +31,8 @@ STICKY = re.compile(r"illegal memory access|device-side assert|unspecified launc
                     r"misaligned address|illegal instruction|CUDA error: an? (?!out of memory)")
 NOT_IMPLEMENTED = re.compile(r"not implemented yet", re.I)
 record = None  # the Recorder, set in pytest_configure
+SESSION = None  # the submission's process (grader.proxy.Session), started once per judge
+OWN_WORK = "grader::own_work"  # the check that the submission's own kernels did the work
 
 
 def pytest_addoption(parser):
@@ -47,8 +49,6 @@ def pytest_configure(config):
         config.addinivalue_line("markers", line)
     global record
     record = Recorder(config.getoption("--events"))
-    if not HAS_GPU:  # Triton kernels run on CPU tensors through the interpreter
-        os.environ.setdefault("TRITON_INTERPRET", "1")
     # Fresh allocations (torch.empty, at::empty) come back NaN-filled, so an element a kernel
     # forgets to write cannot pass by luck. warn_only: ops without a deterministic variant run.
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -103,11 +103,15 @@ def pytest_collection_modifyitems(config, items):
         only = item.get_closest_marker("tracks")
         (drop if only and track.name not in only.args else keep).append(item)
         if item.get_closest_marker("timeout") is None:
-            limit = int(os.environ.get("GRADER_CHECK_TIMEOUT", exercise.test_timeout_s))
-            item.add_marker(pytest.mark.timeout(limit, method="thread"))
+            # a backstop: the proxy stops waiting for the submission at the check's limit first
+            item.add_marker(pytest.mark.timeout(check_limit(exercise) + 60, method="thread"))
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def check_limit(exercise) -> int:
+    return int(os.environ.get("GRADER_CHECK_TIMEOUT", exercise.test_timeout_s))
 
 
 def _category(item) -> str:
@@ -115,10 +119,11 @@ def _category(item) -> str:
 
 
 def pytest_collection_finish(session):
-    record(
-        event="collected",
-        tests=[{"id": i.nodeid, "name": _short(i.nodeid), "category": _category(i)}
-               for i in session.items])
+    tests = [{"id": i.nodeid, "name": _short(i.nodeid), "category": _category(i)}
+             for i in session.items]
+    if tests:
+        tests.append({"id": OWN_WORK, "name": "your kernels do the work", "category": "correctness"})
+    record(event="collected", tests=tests)
 
 
 def _short(nodeid: str) -> str:
@@ -130,14 +135,20 @@ def pytest_runtest_logstart(nodeid, location):
 
 
 def _explain(exc: BaseException, item) -> dict:
+    from grader.proxy import RunnerDied
     tree = Path(item.config.getoption("--tree")).resolve()
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if Path(f.filename).resolve().is_relative_to(tree)]
+    if isinstance(exc, RunnerDied):
+        return {"type": "crashed", "message": exc.reason, "notes": [], "crashed": True,
+                "not_implemented": False, "sticky": False}
     message = str(exc) if not isinstance(exc, AssertionError) or str(exc) else "assertion failed"
     notes = [n for n in getattr(exc, "__notes__", []) if n.strip()]
     info = {"type": type(exc).__name__, "message": "\n".join(message.splitlines()[:40]),
             "notes": notes[:6]}
-    if frames:
+    if getattr(exc, "grader_where", ""):  # raised in the submission's process
+        info["where"] = exc.grader_where
+    elif frames:
         f = frames[-1]
         info["where"] = f"{Path(f.filename).name}:{f.lineno}"
     # a stub says "not implemented yet"; PyTorch's own NotImplementedError ("Could not run
@@ -154,7 +165,9 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if call.excinfo is not None and report.failed:
         report.grader = _explain(call.excinfo.value, item)
-        if report.grader["sticky"]:
+        if report.grader.get("crashed"):
+            item.session.shouldstop = report.grader["message"]
+        elif report.grader["sticky"]:
             item.session.shouldstop = ("the CUDA context broke (" +
                                        report.grader["message"].splitlines()[0] +
                                        "); later checks would all fail, so none were run")
@@ -176,7 +189,25 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     stop = session.shouldstop
+    if SESSION is not None:
+        _record_trust(SESSION)
     record(event="finished", stopped=stop if isinstance(stop, str) else None)
+
+
+def _record_trust(s) -> None:
+    """The check that the submission's own kernels did the work, and what it tried to write."""
+    if s.dead is not None:
+        record(event="ended", reason=s.dead.reason, log=s.dead.log[-20000:])
+    if s.violations:
+        record(event="result", test=OWN_WORK, outcome="failed", type="Delegation",
+               message="\n".join(s.violations), notes=[])
+    elif s.ok_calls:
+        record(event="result", test=OWN_WORK, outcome="passed")
+    else:
+        record(event="result", test=OWN_WORK, outcome="failed", type="NotRun",
+               message="no call of the op completed: nothing to judge", not_implemented=True)
+    if s.attempts:
+        record(event="tampering", paths=s.attempts)
 
 
 # --- fixtures ----------------------------------------------------------------------------------
@@ -191,15 +222,27 @@ def track(request, exercise):
     return _track(request.config, exercise)
 
 
+def open_session(tree: Path, exercise, track):
+    """Start the submission's process and build/import the track there (once per judge)."""
+    global SESSION
+    if SESSION is None:
+        from grader.proxy import Session
+        SESSION = Session(tree, exercise, track, timeout_s=check_limit(exercise))
+        SESSION.loaded = SESSION.request("load", timeout_s=exercise.timeout_s)
+    return SESSION
+
+
 @pytest.fixture(scope="module")
 def impl(request, exercise, track):
-    """The submission's entry points (built and imported once per process)."""
-    from grader.build import BuildError
-    from grader.loader import LoadError, load_track
+    """The submission's entry points: a proxy whose calls run in the submission's process."""
+    from grader.proxy import RemoteImpl, RunnerDied
     try:
-        return load_track(Path(request.config.getoption("--tree")), exercise, track)
-    except (BuildError, LoadError) as e:
-        pytest.fail(str(e), pytrace=False)
+        s = open_session(Path(request.config.getoption("--tree")), exercise, track)
+    except RunnerDied as e:
+        pytest.fail(e.reason, pytrace=False)
+    if not s.loaded.get("built"):
+        pytest.fail(s.loaded.get("message", "the track did not load"), pytrace=False)
+    return RemoteImpl(s)
 
 
 @pytest.fixture(scope="module")

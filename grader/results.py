@@ -35,6 +35,8 @@ class TrackResult:
     performance: dict | None = None
     gpu: str | None = None
     log_tail: str = ""
+    tampering: list = field(default_factory=list)  # repository files the submission changed
+                                                   # or tried to write
 
     def count(self, category: str, outcome: str) -> int:
         return sum(c.category == category and c.outcome == outcome for c in self.checks)
@@ -117,6 +119,7 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
     checks: dict[str, Check] = {}
     started: set[str] = set()
     finished = False
+    ended = ""
     for e in events:
         kind = e.get("event")
         if kind == "worker":
@@ -136,7 +139,7 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
             elif e["outcome"] == "passed" and c.outcome != "failed":
                 c.outcome = "passed"
             elif e["outcome"] == "failed":
-                c.outcome = "failed"
+                c.outcome = "crashed" if e.get("crashed") else "failed"
                 parts = [e.get("message", "")] + e.get("notes", [])
                 if e.get("phase") not in (None, "call"):
                     parts[0] = f"[in {e['phase']}] {parts[0]}"
@@ -145,12 +148,17 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
                 c.not_implemented = bool(e.get("not_implemented"))
         elif kind == "finished" and e.get("stopped"):
             result.stopped = e["stopped"]
+        elif kind == "ended":
+            ended = e.get("reason", "")
+            log = e.get("log", "") or log
+        elif kind == "tampering":
+            result.tampering += [p for p in e.get("paths", []) if p not in result.tampering]
         elif kind == "performance":
             result.performance = {k: v for k, v in e.items() if k != "event"}
         elif kind == "done":
             finished = True
-    result.ended = "" if finished else (describe_exit(returncode, timed_out, log)
-                                        or "the worker stopped before finishing")
+    result.ended = ended or ("" if finished else (describe_exit(returncode, timed_out, log)
+                                                  or "the worker stopped before finishing"))
     if result.ended and result.build.get("ok"):
         for test_id in started:
             c = checks.get(test_id)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -32,44 +31,46 @@ def main(argv=None) -> int:
     p.add_argument("--events", required=True)
     p.add_argument("--phase", choices=["checks", "bench"], default="checks")
     args = p.parse_args(argv)
-    if not HAS_GPU:
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
     record = Recorder(args.events)
     exercise = load_exercise(EXERCISES / args.exercise)
     track = exercise.tracks[args.track]
     record(event="worker", pid=os.getpid(), gpu=torch.cuda.get_device_name() if HAS_GPU else None,
            torch=torch.__version__)
 
-    from grader.build import BuildError
-    from grader.loader import LoadError, load_track
+    from grader import plugin
+    from grader.proxy import RunnerDied
+    try:
+        session = plugin.open_session(args.tree, exercise, track)
+    except RunnerDied as e:
+        record(event="build", ok=False, stage="import", message=e.reason + _excerpt(e.log))
+        return 0
+    loaded = session.loaded
+    record(event="build", ok=bool(loaded.get("built")), stage=loaded.get("stage"),
+           message=loaded.get("message", ""), seconds=loaded.get("seconds"),
+           rebuilt=loaded.get("rebuilt"), sandbox=loaded.get("sandbox"))
+    if not loaded.get("built"):
+        session.close()
+        return 0
     if args.phase == "bench":  # the parent saw every check pass; the build is cached
-        from grader.benchmark import grade_performance
-        grade_performance(exercise, track, load_track(args.tree, exercise, track), record)
+        from grader.measure import grade_performance
+        grade_performance(exercise, track, session, record)
+        session.close()
         record(event="done")
         return 0
-    start = time.perf_counter()
-    try:
-        impl = load_track(args.tree, exercise, track)
-    except BuildError as e:
-        record(event="build", ok=False, stage="build", message=str(e),
-               seconds=round(time.perf_counter() - start, 2))
-        return 0
-    except LoadError as e:
-        record(event="build", ok=False, stage="import", message=str(e),
-               seconds=round(time.perf_counter() - start, 2))
-        return 0
-    built = impl._built
-    record(event="build", ok=True, stage="build" if built else "import",
-           seconds=round(built.seconds if built else time.perf_counter() - start, 2),
-           rebuilt=built.rebuilt if built else None)
 
     import pytest
     code = pytest.main([str(exercise.dir), "-p", "grader.plugin", "--tree", str(args.tree),
                         "--track", track.name, "--events", args.events, "--rootdir", str(ROOT),
                         "-q", "--no-header", "-p", "no:cacheprovider", "-rN", "--tb=short"])
     record(event="checks", exit_code=int(code))
+    session.close()
     record(event="done")
     return 0
+
+
+def _excerpt(log: str) -> str:
+    from grader.results import crash_excerpt
+    return ("\n" + crash_excerpt(log, 15)) if log.strip() else ""
 
 
 if __name__ == "__main__":

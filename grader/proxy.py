@@ -1,0 +1,309 @@
+"""Proxy: the `impl` the checks call, in the trusted process; every call runs in the submission's
+process (grader.runner) and only data comes back.
+
+    session = Session(tree, exercise, track)   # starts the runner: build + import there
+    impl = RemoteImpl(session)                 # impl.add(x, y), impl.op(...), impl.opcheck(...)
+
+A call sends transfer copies of the tensor arguments (shared, not copied again: CUDA IPC on the
+GPU), waits for the runner under the check's time limit, copies the outputs into this process's
+own memory at once (so nothing the runner does later can change them), and writes back any
+argument the op modified (an in-place op stays in-place, and `call_checked` still sees a
+modified input). When an argument requires grad the call is an autograd.Function here whose
+backward is another call: the graph stays in the runner.
+
+Every call comes back with evidence (the ATen ops and kernels it used, their streams); the
+trust rules (grader.trust) turn it into a failed check: delegation, a side stream.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from pathlib import Path
+
+import torch
+
+from grader import seam, trust
+from grader.check import Mismatch
+from grader.discover import ROOT
+
+_BUILTIN = {c.__name__: c for c in (NotImplementedError, ValueError, TypeError, IndexError,
+                                    AssertionError, RuntimeError)}
+
+
+class RunnerDied(RuntimeError):
+    """The submission's process ended (crash, exit, timeout): this check, and the rest, fail."""
+
+    def __init__(self, reason: str, log: str = ""):
+        super().__init__(reason)
+        self.reason, self.log = reason, log
+
+
+class RemoteError(Exception):
+    """An exception raised by the submission's op, carried across (see `_raise`)."""
+
+
+def _raise(err: dict):
+    base = _BUILTIN.get(err.get("base"), RuntimeError)
+    cls = type(err.get("type", "Error"), (base,), {"__module__": "submission"}) \
+        if err.get("type") not in _BUILTIN else base
+    e = cls(err.get("message", ""))
+    e.grader_where = err.get("where", "")
+    for n in err.get("notes", []):
+        e.add_note(n)
+    raise e
+
+
+class Session:
+    """One runner process for one (tree, exercise, track); the evidence it reported so far."""
+
+    def __init__(self, tree: Path, exercise, track, *, timeout_s: float = 600, protect=()):
+        self.exercise, self.track = exercise, track
+        self.tree = Path(tree).resolve()
+        self.timeout_s = timeout_s
+        self.scratch = tempfile.mkdtemp(prefix="grader-runner-")
+        self.log_path = Path(self.scratch) / "runner.log"
+        self.violations: list[str] = []   # delegation / side-stream findings, first few
+        self.attempts: list[str] = []     # writes into the repository the runner tried
+        self.calls = 0
+        self.ok_calls = 0
+        self.dead: RunnerDied | None = None
+        ours, theirs = socket.socketpair()
+        from multiprocessing.connection import Connection
+        self.conn = Connection(ours.detach())
+        fd = theirs.detach()
+        cmd = [sys.executable, "-m", "grader.runner", "--fd", str(fd), "--tree", str(self.tree),
+               "--exercise", exercise.id, "--track", track.name, "--scratch", self.scratch]
+        for p in [ROOT, *protect]:
+            cmd += ["--protect", str(p)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_EVENTS")}
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "")
+                                                            .split(os.pathsep) if p])
+        env["PYTHONUNBUFFERED"] = "1"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, cwd=self.scratch, env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         pass_fds=(fd,))
+        os.close(fd)
+        weakref.finalize(self, _kill, self.proc)
+
+    # the channel ---------------------------------------------------------------------------
+
+    def request(self, op: str, *, timeout_s: float | None = None, **payload) -> dict:
+        if self.dead is not None:
+            raise self.dead
+        payload["op"] = op
+        limit = timeout_s or self.timeout_s
+        try:
+            seam.send(self.conn, payload)
+            if not self.conn.poll(limit):
+                self._die(f"timed out: a check ran past its time limit of {limit:.0f} s (an "
+                          f"infinite loop or a hung kernel?)", kill=True)
+            reply = seam.recv_untrusted(self.conn)
+        except (EOFError, OSError, BrokenPipeError):
+            self._die(None)
+        except seam.UnsafeMessage as e:
+            self._die(f"the submission's process sent a forged message: {e}", kill=True)
+        if not isinstance(reply, dict):
+            self._die("the submission's process sent something that is not a reply", kill=True)
+        for a in reply.get("attempts") or []:
+            if a not in self.attempts:
+                self.attempts.append(str(a))
+        return reply
+
+    def _die(self, reason: str | None, kill: bool = False):
+        if kill:
+            _kill(self.proc)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _kill(self.proc)
+            code = self.proc.wait()
+        if reason is None:
+            from grader.results import describe_exit
+            reason = describe_exit(code, None, "") or "the submission's process ended"
+        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        self.dead = RunnerDied(reason, log)
+        raise self.dead
+
+    def close(self) -> None:
+        if self.dead is None and self.proc.poll() is None:
+            try:
+                self.request("exit", timeout_s=10)
+            except RunnerDied:
+                pass
+        _kill(self.proc)
+
+    # evidence -------------------------------------------------------------------------------
+
+    def judge(self, observed: dict | None, what: str) -> None:
+        """Turn a call's evidence into a failed check (delegation, side stream)."""
+        if not observed:
+            return
+        for why in (trust.delegation(observed, self.exercise, self.track, what=what),
+                    trust.side_stream(observed, what=what)):
+            if why:
+                if len(self.violations) < 5 and why not in self.violations:
+                    self.violations.append(why)
+                raise (trust.Delegation if "stream" not in why.split(":")[0] and
+                       "stream" not in why[:60] else trust.SideStream)(why)
+
+
+def _kill(proc) -> None:
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+# --- the call ----------------------------------------------------------------------------------
+
+def _send_args(args):
+    """Transfer copies of every tensor argument, and the originals they stand for."""
+    pairs = []
+
+    def conv(v):
+        if isinstance(v, torch.Tensor):
+            c = seam.transfer_copy(v)
+            pairs.append((v, c))
+            return c
+        return v
+    sent = seam.tree_map(conv, list(args))
+    return sent, pairs
+
+
+def _write_back(pairs) -> None:
+    """The op modified an argument: make the caller's tensor show it, as an in-place op would."""
+    for orig, copy in pairs:
+        same = torch.eq(orig.detach(), copy) | (torch.isnan(orig.detach()) & torch.isnan(copy)) \
+            if orig.is_floating_point() else torch.eq(orig.detach(), copy)
+        if orig.numel() and not bool(same.all()):
+            with torch.no_grad():
+                orig.copy_(copy)
+
+
+def _receive(out):
+    """Outputs into this process's own memory, now (a later change in the runner is ignored)."""
+    if out is None:
+        return None
+    if not isinstance(out, torch.Tensor):
+        raise Mismatch(f"the op returned {type(out).__name__}, not a tensor")
+    return out.clone(memory_format=torch.preserve_format)
+
+
+def remote_call(session: Session, target, args, kwargs=None, *, what: str):
+    """Call `target` in the runner with `args`; autograd-aware."""
+    kwargs = kwargs or {}
+    grad = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+    if grad and torch.is_grad_enabled():
+        meta = {}
+        outs = _RemoteFunction.apply(session, target, list(args), kwargs, grad, what, meta,
+                                     *[args[i] for i in grad])
+        return outs[0] if meta["single"] else tuple(outs)
+    return _call(session, target, args, kwargs, [], what)[0]
+
+
+def _call(session, target, args, kwargs, grad, what):
+    sent, pairs = _send_args(args)
+    if any(c.is_cuda for _, c in pairs):
+        torch.cuda.synchronize()  # the transfer copies are complete before the runner reads them
+    reply = session.request("call", target=target, args=sent, kwargs=kwargs, grad=grad)
+    session.calls += 1
+    if not reply.get("ok"):
+        _write_back(pairs)
+        _raise(reply.get("error") or {})
+    session.judge(reply.get("observed"), what)
+    session.ok_calls += 1
+    if reply.get("bad_output"):
+        raise Mismatch(f"{what} {reply['bad_output']}")
+    outs = [_receive(o) for o in reply["outs"]]
+    _write_back(pairs)
+    for k, i, off, shape, stride in reply.get("aliases") or []:
+        # the op returned (a view of) an input: hand back that view of the caller's own tensor,
+        # so the checks see the aliasing as they would in one process
+        orig = args[i]
+        if outs[k] is not None and outs[k].dtype == orig.dtype:
+            outs[k] = orig.detach().as_strided(shape, stride, off)
+    result = outs[0] if reply.get("single") else tuple(outs)
+    return result, reply
+
+
+class _RemoteFunction(torch.autograd.Function):
+    """Forward: a call in the runner, which keeps the graph; backward: another call."""
+
+    @staticmethod
+    def forward(ctx, session, target, args, kwargs, grad, what, meta, *tensors):
+        result, reply = _call(session, target, args, kwargs, grad, what)
+        meta["single"] = bool(reply.get("single"))
+        outs = (result,) if meta["single"] else tuple(result)
+        ctx.session, ctx.graph, ctx.what, ctx.n_in = session, reply.get("graph"), what, len(tensors)
+        diff = reply.get("differentiable") or []
+        nondiff = [o for o, d in zip(outs, diff) if isinstance(o, torch.Tensor) and not d]
+        if nondiff:
+            ctx.mark_non_differentiable(*nondiff)
+        return outs
+
+    @staticmethod
+    def backward(ctx, *gouts):
+        if ctx.graph is None:
+            raise RuntimeError(f"{ctx.what}: its output does not require grad in the submission "
+                               f"(no backward is registered)")
+        reply = ctx.session.request("backward", graph=ctx.graph,
+                                    grads=[seam.transfer_copy(g) if g is not None else None
+                                           for g in gouts])
+        if not reply.get("ok"):
+            _raise(reply.get("error") or {})
+        ctx.session.judge(reply.get("observed"), f"the backward of {ctx.what}")
+        grads = [_receive(g) for g in reply["grads"]]
+        return (None,) * 7 + tuple(grads)
+
+
+class RemoteImpl:
+    """What the checks call: the track's entry points, plus op / opcheck / compiled (see
+    grader.loader.Impl for the same interface in one process)."""
+
+    def __init__(self, session: Session):
+        self._session = session
+        self._entries = set(session.track.entry_points)
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name not in self._entries:
+            raise AttributeError(name)
+        session = self._session
+        return lambda *a, **kw: remote_call(session, ("entry", name), a, kw, what=f"{name}()")
+
+    def __repr__(self) -> str:
+        s = self._session
+        return f"Impl({s.tree.name}/{s.exercise.id}/{s.track.name})"
+
+    def op(self, qualname: str):
+        return lambda *a, **kw: remote_call(self._session, ("op", qualname), a, kw,
+                                            what=qualname)
+
+    def opcheck(self, qualname: str, args: tuple, kwargs: dict | None = None) -> None:
+        def conv(v):
+            if not isinstance(v, torch.Tensor):
+                return v
+            c = seam.transfer_copy(v)
+            return c.requires_grad_() if v.requires_grad and v.is_leaf else c
+        sent = seam.tree_map(conv, list(args))
+        if any(isinstance(t, torch.Tensor) and t.is_cuda for t in seam.tensors_in(sent)):
+            torch.cuda.synchronize()
+        reply = self._session.request("opcheck", qualname=qualname, args=sent,
+                                      kwargs=dict(kwargs or {}))
+        if not reply.get("ok"):
+            _raise(reply.get("error") or {})
+
+    def compiled(self, entry: str, *args, wrap: str | None = None):
+        return remote_call(self._session, ("compiled", entry, wrap), args,
+                           what=f"torch.compile of {entry}()")

@@ -1,0 +1,367 @@
+"""Runner: the submission's process. It builds and imports one track and runs what the judge asks
+(a call of the op, its backward, opcheck, torch.compile, the timing loop) and nothing else.
+
+    python -m grader.runner --fd N --tree T --exercise 02_scale --track cuda --scratch DIR
+
+Started by the judge (grader.proxy) with a socket as its only channel. Before the submission is
+imported it: makes the file system read-only except its scratch folder and the track's build
+caches (Linux Landlock, where the kernel has it); records attempts to write into the repository
+(an audit hook); poisons fresh allocations with NaN; and wraps every call in torch.profiler, so
+the judge sees which PyTorch ops and kernels the submission's op used and on which stream. What
+this process reports is evidence the judge weighs, never a verdict: the judge compares values
+itself, keeps its own clock and re-checks the repository by hash.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from collections import OrderedDict
+from pathlib import Path
+
+
+def _writable_roots(args) -> list[Path]:
+    from grader.build import CACHE, tree_tag
+    tag = tree_tag(Path(args.tree))
+    return [Path(args.scratch), CACHE / "build" / tag, CACHE / "runner" / tag, Path("/dev")]
+
+
+def _set_env(args) -> None:
+    """Caches a submission may write, inside the roots it may write."""
+    from grader.build import CACHE, tree_tag
+    cache = CACHE / "runner" / tree_tag(Path(args.tree))
+    for var, sub in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                     ("CUDA_CACHE_PATH", "nv"), ("XDG_CACHE_HOME", "xdg")):
+        os.environ[var] = str(cache / sub)
+        (cache / sub).mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = args.scratch
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    sys.dont_write_bytecode = True
+
+
+def sandbox(roots: list[Path]) -> str:
+    """Make everything but `roots` read-only for this process and its children (Landlock).
+    Returns how the sandbox stands, for the record."""
+    try:
+        import landlock
+        from landlock import FSAccess
+        abi = landlock.landlock_abi_version()
+    except Exception as e:  # no package, or a kernel without Landlock: the hash check remains
+        return f"no Landlock here ({type(e).__name__}: {str(e)[:80]}); the repository is checked by hash"
+    write = (FSAccess.WRITE_FILE | FSAccess.REMOVE_DIR | FSAccess.REMOVE_FILE | FSAccess.MAKE_CHAR
+             | FSAccess.MAKE_DIR | FSAccess.MAKE_REG | FSAccess.MAKE_SOCK | FSAccess.MAKE_FIFO
+             | FSAccess.MAKE_BLOCK | FSAccess.MAKE_SYM)
+    if abi >= 2:
+        write |= FSAccess.REFER
+    if abi >= 3:
+        write |= FSAccess.TRUNCATE
+    rules = landlock.Ruleset(restrict_rules=write)
+    for root in roots:
+        if root.exists():
+            rules.allow(str(root), rules=write)
+    rules.apply()
+    return f"Landlock ABI {abi}: writes allowed only under {', '.join(str(r) for r in roots)}"
+
+
+class Attempts:
+    """Writes into the repository that the submission tried (reported to the judge as tampering;
+    the sandbox refuses them, and the judge's hash check catches any it could not refuse)."""
+
+    def __init__(self, protected: list[Path], allowed: list[Path]):
+        self.protected = [str(p) for p in protected]
+        self.allowed = [str(p) for p in allowed]
+        self.seen: list[str] = []
+
+    def hook(self, event, args):
+        if event == "open" and len(args) >= 2:
+            path, mode = args[0], args[1]
+            flags = args[2] if len(args) > 2 else 0
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))
+        elif event in ("os.remove", "os.rename", "os.rmdir", "os.truncate", "shutil.rmtree",
+                       "os.replace", "os.chmod", "os.link", "os.symlink"):
+            path, writing = args[0] if args else None, True
+        else:
+            return
+        if not writing or not isinstance(path, (str, bytes, os.PathLike)):
+            return
+        try:
+            p = os.path.abspath(os.fsdecode(path))
+        except Exception:
+            return
+        if any(p.startswith(a) for a in self.allowed):
+            return
+        if any(p.startswith(r) for r in self.protected) and len(self.seen) < 20:
+            self.seen.append(f"{event} {p}")
+
+
+# --- what the judge may ask ----------------------------------------------------------------------
+
+class Runner:
+    def __init__(self, args, conn, attempts, sandbox_state):
+        import torch
+        from grader.discover import EXERCISES, load_exercise
+        from grader import trust
+        self.torch = torch
+        self.conn = conn
+        self.args = args
+        self.attempts = attempts
+        self.sandbox = sandbox_state
+        self.exercise = load_exercise(EXERCISES / args.exercise)
+        self.track = self.exercise.tracks[args.track]
+        self.allowed = trust.allowed_ops(self.exercise, self.track)
+        self.gpu = torch.cuda.is_available()
+        self.graphs: OrderedDict = OrderedDict()  # graph id -> (leaves, outputs), newest last
+        self.next_graph = 0
+        self.impl = None
+        self.triton_launches = 0
+        self._profile = torch.profiler.profile          # bound before any submission code runs
+        self._activity = torch.profiler.ProfilerActivity
+        self._record = torch.autograd.profiler.record_function
+        self._marker = torch.zeros(1, device="cuda") if self.gpu else None
+        self._wrap_triton()
+
+    def _wrap_triton(self) -> None:
+        """Count Triton launches; on the interpreter, mark its own PyTorch calls as not the
+        submission's (it copies arguments with ATen ops inside a launch)."""
+        try:
+            import triton
+            if os.environ.get("TRITON_INTERPRET") == "1":
+                from triton.runtime.interpreter import GridExecutor as cls
+                name = "__call__"
+            else:
+                from triton.runtime.jit import JITFunction as cls
+                name = "run"
+        except Exception:
+            return
+        original = getattr(cls, name)
+        runner = self
+
+        def launch(*a, **kw):
+            runner.triton_launches += 1
+            with runner._record("grader::triton_launch"):
+                return original(*a, **kw)
+        setattr(cls, name, launch)
+
+    # the loop -----------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        from grader.seam import recv_trusted, send
+        while True:
+            try:
+                msg = recv_trusted(self.conn)
+            except (EOFError, OSError):
+                return
+            kind = msg.pop("op")
+            if kind == "exit":
+                send(self.conn, {"ok": True})
+                return
+            for gid in msg.pop("release", ()):
+                self.graphs.pop(gid, None)
+            try:
+                reply = getattr(self, "do_" + kind)(**msg)
+                reply["ok"] = True
+            except BaseException as e:  # the op failed: the judge re-raises it in the check
+                if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                    raise
+                reply = {"ok": False, "error": self._error(e)}
+            reply["attempts"] = list(self.attempts.seen)
+            send(self.conn, reply)
+
+    def _error(self, e: BaseException) -> dict:
+        tree = Path(self.args.tree).resolve()
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if Path(f.filename).resolve().is_relative_to(tree)]
+        info = {"type": type(e).__name__, "message": str(e)[:6000],
+                "notes": [str(n) for n in getattr(e, "__notes__", [])][:6]}
+        if frames:
+            info["where"] = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}"
+        for base in (NotImplementedError, ValueError, TypeError, IndexError, AssertionError,
+                     RuntimeError):
+            if isinstance(e, base):
+                info["base"] = base.__name__
+                break
+        return info
+
+    def do_load(self) -> dict:
+        from grader.build import BuildError
+        from grader.loader import LoadError, load_track
+        start = time.perf_counter()
+        try:
+            self.impl = load_track(Path(self.args.tree), self.exercise, self.track)
+        except BuildError as e:
+            return {"built": False, "stage": "build", "message": str(e),
+                    "seconds": round(time.perf_counter() - start, 2)}
+        except LoadError as e:
+            return {"built": False, "stage": "import", "message": str(e),
+                    "seconds": round(time.perf_counter() - start, 2)}
+        b = self.impl._built
+        return {"built": True, "stage": "build" if b else "import",
+                "seconds": round(b.seconds if b else time.perf_counter() - start, 2),
+                "rebuilt": b.rebuilt if b else None, "sandbox": self.sandbox,
+                "gpu": self.torch.cuda.get_device_name() if self.gpu else None,
+                "torch": str(self.torch.__version__)}
+
+    def _target(self, target):
+        kind = target[0]
+        if kind == "entry":
+            return getattr(self.impl, target[1])
+        if kind == "op":
+            return self.impl.op(target[1])
+        if kind == "compiled":
+            _, entry, wrap = target
+            return lambda *a: self.impl.compiled(entry, *a, wrap=wrap)
+        raise ValueError(f"unknown target {target!r}")
+
+    def do_call(self, target, args, kwargs, grad, observe=True) -> dict:
+        torch = self.torch
+        fn = self._target(target)
+        args = list(args)
+        for i in grad:
+            args[i] = args[i].detach().requires_grad_(True)
+        ins = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        work = any(a.numel() for _, a in ins)
+        observed, out = self._observed(lambda: fn(*args, **kwargs), observe and target[0] != "compiled",
+                                       work)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        reply = {"single": not isinstance(out, (tuple, list)), "observed": observed}
+        if not all(isinstance(o, torch.Tensor) or o is None for o in outs):
+            reply["outs"] = tuple(None for _ in outs)
+            reply["bad_output"] = f"returned {type(out).__name__}, not tensors"
+            return reply
+        reply["aliases"] = [(k, i, o.storage_offset(), tuple(o.shape), tuple(o.stride()))
+                            for k, o in enumerate(outs) if isinstance(o, torch.Tensor)
+                            for i, a in ins if _shares(o, a)]
+        reply["outs"] = tuple(o.detach() if isinstance(o, torch.Tensor) else None for o in outs)
+        reply["differentiable"] = [bool(isinstance(o, torch.Tensor) and o.requires_grad)
+                                   for o in outs]
+        if grad and any(reply["differentiable"]):
+            gid = self.next_graph
+            self.next_graph += 1
+            self.graphs[gid] = ([args[i] for i in grad], outs)
+            while len(self.graphs) > 32:
+                self.graphs.popitem(last=False)
+            reply["graph"] = gid
+        return reply
+
+    def do_backward(self, graph, grads, observe=True) -> dict:
+        torch = self.torch
+        if graph not in self.graphs:
+            raise RuntimeError("this graph was released (more than 32 graphs kept alive)")
+        leaves, outs = self.graphs[graph]
+        pairs = [(o, g) for o, g in zip(outs, grads)
+                 if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
+        work = any(l.numel() for l in leaves)
+        observed, res = self._observed(
+            lambda: torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs],
+                                        retain_graph=True, allow_unused=True),
+            observe, work)
+        return {"grads": tuple(g.detach() if g is not None else None for g in res),
+                "observed": observed}
+
+    def do_opcheck(self, qualname, args, kwargs) -> dict:
+        self.impl.opcheck(qualname, args, kwargs)
+        return {}
+
+    def _observed(self, fn, observe: bool, work: bool):
+        """Run fn; with `observe`, under torch.profiler, and return the evidence."""
+        torch = self.torch
+        if not observe:
+            out = fn()
+            if self.gpu:
+                torch.cuda.current_stream().synchronize()
+            return None, out
+        acts = [self._activity.CPU] + ([self._activity.CUDA] if self.gpu else [])
+        launches = self.triton_launches
+        with self._profile(activities=acts) as prof:
+            if self.gpu:
+                with self._record("grader::marker"):
+                    self._marker.zero_()  # a kernel on the caller's current stream
+            out = fn()
+            if self.gpu:
+                torch.cuda.synchronize()  # every kernel, side streams too, into the trace
+        observed = analyse(prof.events(), self.allowed)
+        observed.update(triton=self.triton_launches - launches, gpu=self.gpu, work=work)
+        return observed, out
+
+
+def _shares(a, b) -> bool:
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    a0, b0 = sa.data_ptr(), sb.data_ptr()
+    return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes()
+
+
+def analyse(events, allowed) -> dict:
+    """The evidence in a profile: ATen ops outside `allowed` (not counting what allowed ops,
+    PyTorch's own autograd nodes, Triton's interpreter and our marker do inside themselves), each
+    GPU kernel with its stream and whether an ATen op launched it, and the caller's stream."""
+    from torch.autograd import DeviceType
+    from grader.trust import BUILTIN_NODE, TRITON_RANGE
+    cpu = [e for e in events if e.device_type == DeviceType.CPU]
+    by_id = {e.id: e for e in cpu}
+    ops = []
+
+    def walk(e):
+        name = e.name
+        if name in ("grader::marker", TRITON_RANGE) or BUILTIN_NODE.match(name):
+            return
+        if name.startswith("aten::"):
+            if name not in allowed:
+                ops.append(name)
+            return
+        for c in e.cpu_children:
+            walk(c)
+    for e in cpu:
+        if e.cpu_parent is None:
+            walk(e)
+    kernels, stream = [], None
+    for k in events:
+        if k.device_type != DeviceType.CUDA or k.name.startswith(("Memcpy", "Memset")):
+            continue
+        names, p = [], by_id.get(getattr(k, "linked_correlation_id", 0))
+        while p is not None:
+            names.append(p.name)
+            p = p.cpu_parent
+        if "grader::marker" in names:
+            stream = k.device_resource_id
+            continue
+        under = any(n.startswith("aten::") or BUILTIN_NODE.match(n) for n in names)
+        kernels.append([k.name, k.device_resource_id, under])
+    return {"ops": ops, "kernels": kernels, "stream": stream}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grader.runner")
+    p.add_argument("--fd", type=int, required=True)
+    p.add_argument("--tree", required=True)
+    p.add_argument("--exercise", required=True)
+    p.add_argument("--track", required=True)
+    p.add_argument("--scratch", required=True)
+    p.add_argument("--protect", action="append", default=[])
+    args = p.parse_args(argv)
+    os.chdir(args.scratch)
+    _set_env(args)
+    import torch
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    from multiprocessing.connection import Connection
+    conn = Connection(args.fd)
+    roots = _writable_roots(args)
+    attempts = Attempts([Path(x) for x in args.protect], roots)
+    sys.addaudithook(attempts.hook)  # permanent: no Python code can remove it
+    state = sandbox(roots)
+    # Fresh allocations come back NaN-filled, so an element a kernel forgets to write cannot pass
+    # by luck. warn_only: ops without a deterministic variant still run.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    import grader.seam  # noqa: F401  (the sharing strategy, before any tensor crosses)
+    Runner(args, conn, attempts, state).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

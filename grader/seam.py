@@ -1,0 +1,109 @@
+"""Seam: the wire between the trusted checks (the judge) and the submission's process (the runner).
+
+Messages are pickled with torch's ForkingPickler, so tensors travel as shared memory: CUDA tensors
+as CUDA IPC handles (no copy), CPU tensors as shared-memory files. Pickle from an untrusted
+process is code execution, so the judge reads the runner's messages with `SafeUnpickler`: only
+plain data and the handful of torch functions that rebuild a shared tensor may appear in them.
+
+Tensors sent to the runner are transfer copies (`transfer_copy`): the runner never holds the
+judge's own tensors, so nothing it does later (a thread, a deferred kernel, a cached pointer) can
+change an input after the reference has read it, or an expectation.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+
+import torch
+import torch.multiprocessing  # registers the tensor reductions with ForkingPickler
+from multiprocessing.reduction import ForkingPickler
+
+# shared-memory files by name (no file-descriptor passing over the socket)
+torch.multiprocessing.set_sharing_strategy("file_system")
+
+MAX_MESSAGE = 1 << 30  # bytes; a message beyond this from the runner is refused
+
+
+def dumps(obj) -> bytes:
+    buf = io.BytesIO()
+    ForkingPickler(buf, pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
+
+
+# What a runner's message may name: plain containers and the rebuilders of shared tensors.
+_ALLOWED = {
+    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"),
+    ("builtins", "complex"), ("collections", "OrderedDict"),
+    ("torch", "Size"), ("torch", "device"), ("torch", "Tensor"), ("torch", "UntypedStorage"),
+    ("torch.storage", "UntypedStorage"), ("torch.storage", "TypedStorage"),
+    ("torch.nn.parameter", "Parameter"),
+    ("torch._utils", "_rebuild_tensor"), ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"),
+    ("torch.multiprocessing.reductions", "rebuild_tensor"),
+    ("torch.multiprocessing.reductions", "rebuild_storage_filename"),
+    ("torch.multiprocessing.reductions", "rebuild_storage_empty"),
+    ("torch.multiprocessing.reductions", "rebuild_typed_storage"),
+    ("torch.multiprocessing.reductions", "rebuild_typed_storage_child"),
+}
+_DTYPES = {str(getattr(torch, n)).removeprefix("torch."): getattr(torch, n)
+           for n in dir(torch) if isinstance(getattr(torch, n, None), torch.dtype)}
+
+
+class UnsafeMessage(RuntimeError):
+    """The runner sent something other than data and shared tensors."""
+
+
+class SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        if module == "torch" and name in _DTYPES:
+            return _DTYPES[name]
+        if module == "torch" and name.endswith("Storage") and hasattr(torch, name):
+            return getattr(torch, name)  # typed storage classes (FloatStorage, ...)
+        raise UnsafeMessage(f"the submission's process sent a message naming {module}.{name}: "
+                            f"only data and tensors may cross the seam")
+
+
+def loads_untrusted(data: bytes):
+    return SafeUnpickler(io.BytesIO(data)).load()
+
+
+def send(conn, obj) -> None:
+    conn.send_bytes(dumps(obj))
+
+
+def recv_trusted(conn):
+    """The runner reading the judge: the judge is trusted."""
+    return pickle.loads(conn.recv_bytes())
+
+
+def recv_untrusted(conn):
+    """The judge reading the runner: data and shared tensors only."""
+    return loads_untrusted(conn.recv_bytes(MAX_MESSAGE))
+
+
+def transfer_copy(t: torch.Tensor) -> torch.Tensor:
+    """A fresh copy of `t` with its size, strides and storage offset (a view like x[:, ::2] or
+    x[1:] reaches the runner as that same kind of view, so strided and misaligned checks still
+    test what they mean to), in memory that is then shared with the runner."""
+    t = t.detach()
+    extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
+    buf = torch.empty(t.storage_offset() + extent, dtype=t.dtype, device=t.device)
+    out = buf.as_strided(t.shape, t.stride(), t.storage_offset())
+    out.copy_(t)
+    return out
+
+
+def tree_map(fn, v):
+    if isinstance(v, (tuple, list)):
+        return type(v)(tree_map(fn, x) for x in v)
+    if isinstance(v, dict):
+        return {k: tree_map(fn, x) for k, x in v.items()}
+    return fn(v)
+
+
+def tensors_in(v) -> list:
+    out = []
+    tree_map(lambda x: out.append(x) if isinstance(x, torch.Tensor) else None, v)
+    return out

@@ -1,0 +1,176 @@
+"""Trust: the rules a submission is held to, applied by the trusted side.
+
+- **Your kernels do the work.** While the submission's op runs, its process records the PyTorch
+  (ATen) ops dispatched (from Python or C++: `at::mul` goes through the dispatcher too) and the GPU
+  kernels launched with their streams (torch.profiler), and Triton launches. `delegation()` turns
+  that evidence into a verdict: an ATen op outside allocation, views and the exercise's `allow`
+  list, a library kernel (cuBLAS, PyTorch's) the track did not declare, or no kernel of the
+  submission's own at all, is delegation.
+- **The caller's stream.** Every kernel of the op must run on the caller's current stream; work on
+  another stream is not ordered before the caller's next use of the output.
+- **Nothing of the repository changes.** `Snapshot` records every file of the repository (and the
+  measured ceilings) before a track runs; `restore()` undoes and reports any change.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.discover import ROOT
+
+# ATen ops any submission may call: allocation, views and metadata, and `.contiguous()` (whose
+# copy is a documented pass over memory, which the timing then pays for).
+BASE_ALLOWED = frozenset("aten::" + n for n in """
+empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros zero_ fill_
+resize_ view _unsafe_view reshape _reshape_alias as_strided t transpose permute select slice
+narrow unsqueeze squeeze expand expand_as flatten unflatten view_as alias detach detach_
+lift_fresh split split_with_sizes chunk unbind contiguous is_nonzero item _local_scalar_dense
+set_ record_stream lift lift_fresh_copy _has_compatible_shallow_copy_type size stride numel dim
+is_same_size result_type type_as
+""".split())
+
+# Kernels that are a library's, not the submission's (a name launched outside any ATen op).
+LIBRARY_KERNELS = re.compile(r"at::native|at::cuda|cublas|cudnn|nvjet|xmma|cutlass|gemv|"
+                             r"gemmSN|gemmk1|splitKreduce|magma", re.I)
+
+# Autograd nodes of PyTorch's own ops (AddBackward0, ViewBackward0, ...): their work is the
+# engine's bookkeeping for ops the forward already answered for.
+BUILTIN_NODE = re.compile(r"^autograd::engine::evaluate_function: (?:[A-Z]\w*Backward\d+|"
+                          r"torch::autograd::\w+)$")
+TRITON_RANGE = "grader::triton_launch"  # the interpreter's own work, inside a Triton launch
+
+
+class Delegation(AssertionError):
+    """The op used PyTorch (or a library) instead of the submission's own kernels."""
+
+
+class SideStream(AssertionError):
+    """The op launched work on another stream than the caller's current one."""
+
+
+def allowed_ops(exercise, track) -> frozenset:
+    return BASE_ALLOWED | frozenset(exercise.allow) | frozenset(track.allow)
+
+
+def rule_text(exercise, track) -> str:
+    extra = sorted(set(exercise.allow) | set(track.allow))
+    return ("the exercise's rule: your own kernels do the work; PyTorch may only allocate, "
+            "reshape and view" + (f" (and call {', '.join(extra)}, declared in exercise.toml)"
+                                  if extra else ""))
+
+
+def delegation(observed: dict, exercise, track, *, what: str) -> str | None:
+    """None if the evidence shows the submission's own work only; else why not (for a learner).
+
+    `observed`: {"ops": [ATen ops outside the allowed set], "kernels": [[name, stream,
+    under_aten_op]], "triton": launches, "stream": the caller's stream id or None, "gpu": bool,
+    "work": bool (did the call have elements to compute)}.
+    """
+    ops = observed.get("ops") or []
+    if ops:
+        names = ", ".join(sorted(set(ops))[:4])
+        return (f"{what} called PyTorch's {names}: {rule_text(exercise, track)}. Compute the "
+                f"result with your kernel instead of torch/ATen operations")
+    own = re.compile("|".join(getattr(track, "library_kernels", ()) or ["(?!)"]), re.I)
+    library = [k for k, _s, under in observed.get("kernels") or []
+               if not under and LIBRARY_KERNELS.search(k) and not own.search(k)]
+    if library:
+        return (f"{what} launched a library kernel that is not yours ({library[0][:120]}): "
+                f"{rule_text(exercise, track)}")
+    if observed.get("work"):
+        mine = [k for k, _s, under in observed.get("kernels") or [] if not under]
+        if observed.get("gpu") and not mine:
+            return (f"{what} launched no kernel of its own on the GPU: "
+                    f"{rule_text(exercise, track)}")
+        if not observed.get("gpu") and not track.sources and not observed.get("triton"):
+            return (f"{what} launched no Triton kernel: {rule_text(exercise, track)}")
+    return None
+
+
+def side_stream(observed: dict, *, what: str) -> str | None:
+    stream = observed.get("stream")
+    if stream is None:
+        return None
+    other = [(k, s) for k, s, under in observed.get("kernels") or [] if s != stream]
+    if not other:
+        return None
+    k, s = other[0]
+    return (f"{what} ran kernel {k[:80]} on stream {s}, not on the caller's current stream "
+            f"{stream}: its output is not ordered before the caller's next use (it may still be "
+            f"running when read). Launch on the current stream (at::cuda::getCurrentCUDAStream() "
+            f"/ torch.cuda.current_stream()), or make it wait for your side stream")
+
+
+# --- the repository stays as it was ------------------------------------------------------------
+
+SKIP_DIRS = {".git", ".venv", ".hypothesis", "__pycache__", ".whl", ".gl", "node_modules"}
+
+
+@dataclass
+class Snapshot:
+    """Every file under `roots` (minus caches), with its bytes, taken before a track runs."""
+    roots: list
+    files: dict = field(default_factory=dict)   # path -> bytes
+
+    @classmethod
+    def take(cls, roots, *, skip: set = frozenset()) -> "Snapshot":
+        snap = cls([Path(r) for r in roots])
+        for root in snap.roots:
+            for path in _walk(root, skip):
+                try:
+                    snap.files[path] = path.read_bytes()
+                except OSError:
+                    pass
+        snap.skip = set(skip)
+        return snap
+
+    def restore(self) -> list[str]:
+        """Undo every change since the snapshot; return what had changed (relative paths)."""
+        changed = []
+        now = set()
+        for root in self.roots:
+            now.update(_walk(root, self.skip))
+        for path, data in self.files.items():
+            try:
+                same = path.read_bytes() == data
+            except OSError:
+                same = False
+            if not same:
+                changed.append(path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+        for path in now - set(self.files):
+            changed.append(path)
+            try:
+                path.unlink()
+            except OSError:
+                pass
+        return [_rel(p) for p in sorted(set(changed))]
+
+
+def _walk(root: Path, skip):
+    if root.is_file():
+        yield root
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS
+                       and os.path.join(dirpath, d) not in skip]
+        for name in filenames:
+            p = Path(dirpath) / name
+            if str(p) not in skip and not name.endswith(".pyc"):
+                yield p
+
+
+def _rel(p: Path) -> str:
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
+def digest(paths) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        h.update(str(p).encode())
+        h.update(Path(p).read_bytes())
+    return h.hexdigest()
