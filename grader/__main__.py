@@ -74,13 +74,14 @@ def cmd_grade(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from grader.benchmark import bench_command
+    from grader.bench import bench_command
     return bench_command(discover(only=args.exercise), _tree(args), Path(args.out))
 
 
 def cmd_list(args) -> int:
     for ex in discover():
-        print(f"{ex.number}  {ex.name:<14} {', '.join(ex.tracks):<14} {ex.title}")
+        print(f"{ex.number}  {ex.name:<18} {', '.join(ex.tracks):<16} "
+              f"{', '.join(ex.dtypes):<36} {ex.title}")
     return 0
 
 

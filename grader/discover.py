@@ -14,11 +14,12 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.timing import CEILINGS
+
 ROOT = Path(__file__).resolve().parent.parent
 EXERCISES = ROOT / "exercises"
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
-CEILINGS = ("bandwidth", "matmul_bf16", "matmul_fp32")
 METRICS = ("fraction_of_ceiling", "speedup")
 MODES = ("forward", "forward_backward")
 
@@ -55,8 +56,8 @@ class Threshold:
 class Benchmark:
     call: str                 # the entry point timed
     inputs: str               # reference.py function: (case, dtype, device, generator) -> args
-    model: str                # reference.py function: (case, dtype) -> {"bytes": .., "flops": ..}
-    ceiling: str              # which measured ceiling the kernel is held to
+    model: str                # reference.py function: (case, dtype, mode) -> {"bytes", "flops"}
+    ceiling: str              # which measured ceiling the kernel is held to (grader.timing)
     dtype: str
     case: dict                # the graded case
     sweep: tuple[dict, ...]   # sizes for `make bench`
@@ -74,7 +75,7 @@ class Exercise:
     dir: Path
     title: str
     summary: str
-    dtypes: tuple[str, ...]
+    dtypes: tuple[str, ...]   # the dtypes the op accepts (the benchmark's is one of them)
     tolerance: dict           # dtype -> {"atol": .., "rtol": ..}
     points: dict              # "correctness" / "gradcheck" / "performance" -> int
     tracks: dict              # name -> Track
@@ -212,7 +213,7 @@ def _benchmark(f: _Fields, tracks) -> Benchmark:
     return Benchmark(
         call=call, inputs=f.get("inputs", str), model=f.get("model", str),
         ceiling=f.get("ceiling", str, "bandwidth",
-                      lambda v: None if v in CEILINGS else f"one of {CEILINGS}"),
+                      lambda v: None if v in CEILINGS else f"one of {', '.join(CEILINGS)}"),
         dtype=f.get("dtype", str, check=lambda v: None if v in DTYPES else f"one of {DTYPES}"),
         case=f.get("case", dict), sweep=tuple(f.get("sweep", list, [])),
         modes=modes, grad_args=grad_args, baselines=baselines,
@@ -253,11 +254,14 @@ def load_exercise(folder: Path) -> Exercise:
         raise f.error("tracks", "at least one track")
     tracks = {name: _track(tracks_f.sub(name), name, folder.name) for name in tracks_f.table}
     bench = _benchmark(f.sub("benchmark"), tracks) if "benchmark" in table else None
+    dtypes = f.strings("dtypes", allowed=DTYPES)
+    if bench is not None and bench.dtype not in dtypes:
+        raise f.error("benchmark.dtype", f"{bench.dtype!r} is not one of the exercise's dtypes")
     if pts["performance"] and (bench is None or not bench.thresholds):
         raise f.error("points.performance", "needs a [benchmark] with at least one threshold")
     return Exercise(
         number=match.group(1), name=match.group(2), dir=folder, title=f.get("title", str),
-        summary=f.get("summary", str, ""), dtypes=f.strings("dtypes", allowed=DTYPES),
+        summary=f.get("summary", str, ""), dtypes=dtypes,
         tolerance=tolerance, points=pts, tracks=tracks, benchmark=bench,
         timeout_s=f.get("timeout_s", int, 900), test_timeout_s=f.get("test_timeout_s", int, 120),
         allow=_ops_list(f),

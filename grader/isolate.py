@@ -1,8 +1,11 @@
-"""Isolate: grade each track in a worker process of its own, under a time limit.
+"""Isolate: grade each track in a worker process of its own, under a time limit, and leave the
+repository as it was.
 
 A segfault, an illegal memory access, `os._exit`, an infinite loop or a hung kernel ends only
-that worker; the parent rebuilds what happened from the worker's event log and the scorecard
-goes on with the next track.
+that worker (or its submission process); the parent rebuilds what happened from the worker's
+event log and the scorecard goes on with the next track. Before a track, every file of the
+repository (and the measured ceilings) is snapshotted; after it, anything changed is restored and
+reported as tampering, which scores the track 0.
 """
 from __future__ import annotations
 
@@ -15,8 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from grader.build import CACHE
 from grader.discover import ROOT, Exercise, Track
 from grader.results import TrackResult, from_events, read_events
+from grader.trust import Snapshot
 
 
 def run_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = False,
@@ -24,6 +29,19 @@ def run_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = Fal
     """Check the track in one worker; then, if asked and every correctness check passed, time
     it in a second, fresh one (so nothing the checks left behind, such as NaN-poisoned
     allocations or torch.compile caches, touches the timings)."""
+    tree = Path(tree).resolve()
+    keep = os.environ.get("GRADER_KEEP_LOGS")
+    skip = {str(CACHE)} | ({str(Path(keep).resolve())} if keep else set())
+    roots = [ROOT, CACHE / "ceilings"] + ([] if tree.is_relative_to(ROOT) else [tree])
+    snapshot = Snapshot.take([r for r in roots if r.exists()], skip=skip)
+    result = _run_track(tree, exercise, track, bench=bench, timeout_s=timeout_s)
+    changed = snapshot.restore()
+    if changed:
+        result.tampering += [f"changed {p} (restored)" for p in changed]
+    return result
+
+
+def _run_track(tree, exercise, track, *, bench, timeout_s) -> TrackResult:
     timeout_s = timeout_s or exercise.timeout_s
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         events = Path(tmp) / "events.jsonl"
@@ -34,7 +52,7 @@ def run_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = Fal
         if not bench or exercise.benchmark is None or not result.build.get("ok") or result.ended:
             return result
         ran = [c for c in result.checks if c.category == "correctness" and c.outcome != "skipped"]
-        if not ran or any(c.outcome != "passed" for c in ran):
+        if not ran or any(c.outcome != "passed" for c in ran) or result.tampering:
             result.performance = {"status": "not measured: every correctness check must pass first"}
             return result
         left = max(60.0, timeout_s - (time.monotonic() - start))
@@ -44,6 +62,7 @@ def run_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = Fal
                             tree=str(tree), returncode=code, timed_out=timed_out, log=log)
         result.performance = timed.performance or {
             "status": f"not measured: the benchmark worker failed ({timed.ended or 'no result'})"}
+        result.tampering += [t for t in timed.tampering if t not in result.tampering]
         return result
 
 
@@ -54,7 +73,7 @@ def _worker(tree, exercise, track, phase, events, timeout_s):
            "--track", track.name, "--events", str(events), "--phase", phase]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
-        "PYTHONUNBUFFERED": "1"}
+        "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     timed_out = None
     with open(log, "wb") as out:
         # a session of its own, so a timeout kills the worker and everything it started
@@ -64,8 +83,11 @@ def _worker(tree, exercise, track, phase, events, timeout_s):
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = timeout_s
+        try:  # the worker and whatever it left running (its submission process)
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        except ProcessLookupError:
+            pass
+        proc.wait()
     keep = os.environ.get("GRADER_KEEP_LOGS")  # a folder: keep each worker's full log
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)

@@ -8,12 +8,23 @@ from pathlib import Path
 from grader.discover import Exercise
 from grader.results import TrackResult
 from grader.score import Score
+from grader.timing import CEILINGS
 
 DASH = "—"
 
 
+HOST_BOUND_HINT = ("host-bound: enqueuing one call costs more CPU time than the GPU spends on it, "
+                   "so in a real step the GPU waits for Python. What costs host time in a custom "
+                   "op call: the dispatcher and autograd plumbing of each op (one op instead of "
+                   "several), Triton's launcher (fewer launches, constexpr arguments instead of "
+                   "per-call Python work), per-call device queries and allocations (hoist them); "
+                   "torch.compile or CUDA graphs remove most of it")
+
+
 def _build_cell(r: TrackResult) -> str:
     b = r.build
+    if r.tampering:
+        return "TAMPERING"
     if not b:
         return "not run"
     if not b.get("ok"):
@@ -46,6 +57,8 @@ def _perf_cell(r: TrackResult) -> str:
         return DASH if not r.build.get("ok") else "not measured"
     if p.get("status") != "measured":
         return p.get("status", "?")
+    if p.get("problem"):
+        return "rejected"
     fwd = p["figures"].get("forward", {})
     parts = []
     if fwd.get("fraction") is not None:
@@ -53,6 +66,8 @@ def _perf_cell(r: TrackResult) -> str:
     eager = (fwd.get("speedup") or {}).get("eager")
     if eager:
         parts.append(f"{eager:.1f}x eager")
+    if any(f.get("host_bound") for f in p["figures"].values()):
+        parts.append("host-bound")
     return ", ".join(parts) or "measured"
 
 
@@ -80,6 +95,10 @@ def feedback(ex: Exercise, r: TrackResult, *, full: bool = False) -> str:
     """What a learner reads under the table: where to start, what failed, and why."""
     head = f"{ex.number} {ex.name} [{r.track}]"
     track = ex.tracks[r.track]
+    if r.tampering:
+        return (f"{head}: TAMPERING: the submission changed, or tried to write, files of the "
+                f"grader or the repository; the track scores 0 (the files were restored):\n" +
+                _indent("\n".join(r.tampering[:8])))
     if r.build and not r.build.get("ok"):
         return f"{head}: {r.build.get('stage')} failed\n{_indent(r.build.get('message', ''))}"
     if r.not_implemented:
@@ -103,9 +122,11 @@ def feedback(ex: Exercise, r: TrackResult, *, full: bool = False) -> str:
     if len(failed) > len(shown):
         out.append("  also failed: " + ", ".join(c.name for c in failed[len(shown):]))
     p = r.performance
-    if p and p.get("status") == "measured":
+    if p and p.get("status") in ("measured", "rejected"):
         text = performance_text(p) if full else performance_line(p)
         out.append(f"{head}: performance\n{_indent(text)}")
+        if any(f.get("host_bound") for f in p.get("figures", {}).values()):
+            out.append(_indent(HOST_BOUND_HINT))
     elif p and p.get("status", "").startswith("not measured:"):
         out.append(f"{head}: performance {p['status']}")
     return "\n".join(out)
@@ -117,7 +138,8 @@ def performance_line(p: dict) -> str:
     for mode, f in p["figures"].items():
         speed = ", ".join(f"{v:.2f}x {k}" for k, v in f.get("speedup", {}).items())
         frac = f", {100 * f['fraction']:.0f}% of {p['ceiling_name']}" if f.get("fraction") else ""
-        lines.append(f"{mode}: {f['ms'] * 1e3:.1f} us{frac}; {speed}")
+        host = f", host {f['host_ms'] * 1e3:.0f} us/call" if f.get("host_ms") is not None else ""
+        lines.append(f"{mode}: {f['ms'] * 1e3:.1f} us{frac}{host}; {speed}")
     if p.get("credit") is not None:
         lines.append(f"performance credit {100 * p['credit']:.0f}%" +
                      "".join(f"; warning: {w}" for w in p.get("warnings", [])))
@@ -132,9 +154,17 @@ def performance_text(p: dict) -> str:
         frac = f" = {100 * f['fraction']:.1f}% of the ceiling" if f.get("fraction") else ""
         lines.append(f"{mode}: median {f['ms'] * 1e3:.1f} us (p20-p80 {f['p20'] * 1e3:.1f}-"
                      f"{f['p80'] * 1e3:.1f}), {rate}{frac}")
+        if f.get("wall_ms") is not None:
+            lines.append(f"    judge's wall clock over {f.get('batch', '?')} validated calls: "
+                         f"{f['wall_ms'] * 1e3:.1f} us per call")
+        if f.get("host_ms") is not None:
+            lines.append(f"    host time to enqueue one call: {f['host_ms'] * 1e3:.1f} us"
+                         + (" (host-bound)" if f.get("host_bound") else ""))
         for name, b in (f.get("baselines") or {}).items():
             if "ms" in b:
-                lines.append(f"    vs {name}: {b['ms'] * 1e3:.1f} us -> {f['speedup'][name]:.2f}x")
+                host = f", host {b['host_ms'] * 1e3:.0f} us" if b.get("host_ms") else ""
+                lines.append(f"    vs {name}: {b['ms'] * 1e3:.1f} us{host} -> "
+                             f"{f['speedup'][name]:.2f}x")
             else:
                 lines.append(f"    vs {name}: {b.get('error', 'did not run')}")
     for t in p.get("thresholds", []):
@@ -176,8 +206,11 @@ def gradescope(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: floa
             tests.append({"name": f"{label} performance", "score": round(s.performance, 4),
                           "max_score": ex.points["performance"],
                           "status": "passed" if s.performance > 0 else "failed",
-                          "output": performance_text(p) if p.get("status") == "measured"
-                          else p.get("status", "not measured")})
+                          "output": performance_text(p) if p.get("status") in
+                          ("measured", "rejected") else p.get("status", "not measured")})
+        if r.tampering:
+            tests.append({"name": f"{label} tampering", "score": 0, "max_score": 0,
+                          "status": "failed", "output": "\n".join(r.tampering)})
     return {"score": round(sum(s.total for _, _, s in rows), 4),
             "execution_time": round(seconds, 1), "output": summary, "tests": tests}
 
@@ -219,28 +252,33 @@ def bench_markdown(data: dict) -> str:
         if "error" in ex:
             out += [f"## {ex['exercise']}", f"error: {ex['error']}", ""]
             continue
-        unit = "GB/s" if ex["ceiling"] == "bandwidth" else "TFLOP/s"
+        unit = CEILINGS[ex["ceiling"]].unit
         out += [f"## {ex['exercise']} ({ex['dtype']}, case {ex['graded_case']})",
                 f"ceiling: {ex['ceiling']} = {ex['ceiling_value']:.4g} {unit}", ""]
         first, second = ex["graded"]
         for mode, row in first["figures"].items():
             out += [f"**{mode}**", "", f"| implementation | median µs | p20-p80 µs | {unit} | "
-                    f"% of ceiling | vs yours | rerun µs (Δ) |", "|---|---|---|---|---|---|---|"]
+                    f"% of ceiling | vs fastest track | rerun µs (Δ) | host µs/call |",
+                    "|---|---|---|---|---|---|---|---|"]
             names = list(row["impls"]) + list(row["baselines"])
-            best = min((t["ms"] for t in row["impls"].values()), default=None)
+            best = min((t["ms"] for t in row["impls"].values() if "ms" in t), default=None)
             for name in names:
                 t = row["impls"].get(name) or row["baselines"].get(name)
                 again = (second["figures"][mode]["impls"].get(name)
                          or second["figures"][mode]["baselines"].get(name) or {})
                 if "ms" not in t:
-                    out.append(f"| {name} | {t.get('error', 'did not run')} | | | | | |")
+                    out.append(f"| {name} | {t.get('error', 'did not run')} | | | | | | |")
                     continue
                 frac = f"{100 * t['rate'] / ex['ceiling_value']:.1f}%"
                 ratio = f"{t['ms'] / best:.2f}x" if best else ""
                 delta = (f"{again['ms'] * 1e3:.1f} ({100 * (again['ms'] / t['ms'] - 1):+.1f}%)"
                          if "ms" in again else "")
+                host = f"{t['host_ms'] * 1e3:.0f}" if t.get("host_ms") is not None else ""
+                if t.get("host_bound"):
+                    host += " (host-bound)"
                 out.append(f"| {name} | {t['ms'] * 1e3:.1f} | {t['p20'] * 1e3:.1f}-"
-                           f"{t['p80'] * 1e3:.1f} | {t['rate']:.0f} | {frac} | {ratio} | {delta} |")
+                           f"{t['p80'] * 1e3:.1f} | {t['rate']:.0f} | {frac} | {ratio} | {delta} "
+                           f"| {host} |")
             out.append("")
         problems = {k: v for k, v in first.get("checks", {}).items() if v}
         for name, why in problems.items():
@@ -275,7 +313,7 @@ def bench_plot(data: dict, path: Path) -> None:
     modes = max(len(e["sweep"][0]["figures"]) for e in exs)
     fig, axes = plt.subplots(len(exs), modes, figsize=(6 * modes, 3.6 * len(exs)), squeeze=False)
     for r, ex in enumerate(exs):
-        unit = "GB/s" if ex["ceiling"] == "bandwidth" else "TFLOP/s"
+        unit = CEILINGS[ex["ceiling"]].unit
         key = _sweep_key([m["case"] for m in ex["sweep"]])
         for c, mode in enumerate(ex["sweep"][0]["figures"]):
             ax = axes[r][c]

@@ -261,6 +261,41 @@ class Runner:
         return {"grads": tuple(g.detach() if g is not None else None for g in res),
                 "observed": observed}
 
+    def do_noop(self) -> dict:
+        return {}
+
+    def do_time(self, entry, args, mode, grad_args, dy) -> dict:
+        """The op's own timing (events, L2 flushed) and host cost, on the judge's inputs."""
+        from grader.measure import step
+        from grader.timing import host_ms, time_fn
+        run, leaves = step(getattr(self.impl, entry), args, mode, grad_args, dy)
+        t = time_fn(run, grad_to_none=leaves)
+        t["host_ms"] = host_ms(run, grad_to_none=leaves)
+        return t
+
+    def do_batch(self, entry, sets, mode, grad_args, dys) -> dict:
+        """Back-to-back calls, one per input set, then the outputs (and gradients) of each."""
+        torch = self.torch
+        fn = getattr(self.impl, entry)
+        results = []
+        for k, args in enumerate(sets):
+            if mode == "forward":
+                out = fn(*args)
+                outs = out if isinstance(out, (tuple, list)) else (out,)
+                results.append(tuple(o.detach() if isinstance(o, torch.Tensor) else None
+                                     for o in outs))
+            else:
+                args = list(args)
+                leaves = [args[i].detach().requires_grad_(True) for i in grad_args]
+                for i, leaf in zip(grad_args, leaves):
+                    args[i] = leaf
+                out = fn(*args)
+                first = out[0] if isinstance(out, (tuple, list)) else out
+                first.backward(dys[k])
+                results.append((first.detach(),) + tuple(l.grad for l in leaves))
+        torch.cuda.current_stream().synchronize()
+        return {"outs": results}
+
     def do_opcheck(self, qualname, args, kwargs) -> dict:
         self.impl.opcheck(qualname, args, kwargs)
         return {}

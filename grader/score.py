@@ -22,6 +22,26 @@ def credit(value: float | None, pass_at: float, full_at: float) -> float:
     return (value - pass_at) / (full_at - pass_at)
 
 
+def performance_credit(exercise: Exercise, figures: dict, problem: str | None):
+    """(one row per threshold, the mean credit). A problem (an output after timing that is not
+    this call's answer, delegation, ...) or an impossible figure earns nothing."""
+    from grader.timing import CEILINGS
+    label = CEILINGS[exercise.benchmark.ceiling].label
+    rows, credits = [], []
+    for th in exercise.benchmark.thresholds:
+        f = figures.get(th.mode) or {}
+        value = None if problem or f.get("impossible") else threshold_value(th, figures)
+        c = credit(value, th.pass_at, th.full_at)
+        credits.append(c)
+        text = "n/a" if value is None else (f"{100 * value:.1f}% of {label}" if th.metric ==
+                                            "fraction_of_ceiling" else f"{value:.2f}x")
+        what = f"fraction of {label}" if th.metric == "fraction_of_ceiling" else \
+            f"speedup over {th.baseline}"
+        rows.append({"label": f"{th.mode} {what}", "value": value, "value_text": text,
+                     "pass": th.pass_at, "full": th.full_at, "credit": c})
+    return rows, (sum(credits) / len(credits) if credits else None)
+
+
 def threshold_value(t: Threshold, figures: dict) -> float | None:
     """The figure a threshold reads from a track's measured figures (see grader.benchmark)."""
     mode = figures.get(t.mode) or {}
@@ -44,6 +64,8 @@ class Score:
 
 def score(exercise: Exercise, result: TrackResult) -> Score:
     pts = exercise.points
+    if result.tampering:  # the submission changed (or tried to change) the grader's files
+        return Score(0.0, 0.0, 0.0, sum(pts.values()))
     built = result.build.get("ok", False)
 
     def share(category):

@@ -3,10 +3,14 @@
     python -m grader.worker --tree starter --exercise 02_scale --track cuda --events E.jsonl \
         [--phase checks|bench]
 
-Phase `checks` builds/imports the track and runs the exercise's checks through pytest and the
-grader plugin; phase `bench` (a fresh process, once every check passed) times it. Everything it
-learns goes to the events file as it happens; whatever kills this process, the parent reads
-what was written.
+This is the judge: it never imports the submission. It starts the submission's process
+(grader.runner, through grader.proxy), which builds and imports the track; phase `checks` then
+runs the exercise's checks through pytest and the grader plugin, every call crossing to that
+process; phase `bench` (a fresh judge and runner, once every check passed) times it
+(grader.measure); phase `sweep` runs `make bench` for one exercise (grader.bench). Everything the
+judge learns goes to the events file as it happens; whatever kills a process, the parent reads
+what was written. The events file is the judge's alone: the runner is never told its path and
+cannot write outside its scratch folder.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ def main(argv=None) -> int:
     p.add_argument("--exercise", required=True)
     p.add_argument("--track", required=True)
     p.add_argument("--events", required=True)
-    p.add_argument("--phase", choices=["checks", "bench"], default="checks")
+    p.add_argument("--phase", choices=["checks", "bench", "sweep"], default="checks")
     args = p.parse_args(argv)
     record = Recorder(args.events)
     exercise = load_exercise(EXERCISES / args.exercise)
@@ -37,6 +41,11 @@ def main(argv=None) -> int:
     record(event="worker", pid=os.getpid(), gpu=torch.cuda.get_device_name() if HAS_GPU else None,
            torch=torch.__version__)
 
+    if args.phase == "sweep":  # make bench: every track of the tree, in runners of their own
+        from grader.bench import bench_exercise
+        bench_exercise(args.tree.resolve(), exercise, record)
+        record(event="done")
+        return 0
     from grader import plugin
     from grader.proxy import RunnerDied
     try:

@@ -1,16 +1,26 @@
-"""Timing arithmetic, the escape guard, the ceiling cache, and the bench report (CPU-only)."""
+"""Timing arithmetic, the judge's guards on a timing, credit, and the bench report (CPU-only)."""
 import json
 
 import pytest
 
-from grader.benchmark import ceiling_cache_path, escaped, rate, stats, summarize
 from grader.discover import discover
+from grader.measure import escaped, figures_for
 from grader.report import bench_markdown, bench_plot
+from grader.score import performance_credit
+from grader.timing import CEILINGS, ceiling_cache_path, rate, stats
 
 
 def test_rate_counts_bytes_or_flops():
     assert rate({"bytes": 4e9}, 1.0, "bandwidth") == pytest.approx(4000.0)       # GB/s
     assert rate({"flops": 2 * 8192 ** 3}, 1.5, "matmul_bf16") == pytest.approx(733.0, rel=1e-3)
+
+
+def test_every_ceiling_is_declared_once():
+    for name, c in CEILINGS.items():
+        assert c.unit in ("GB/s", "TFLOP/s") and c.counts in ("bytes", "flops") and c.how
+    for ex in discover():
+        if ex.benchmark:
+            assert ex.benchmark.ceiling in CEILINGS
 
 
 def test_stats_keeps_median_and_spread():
@@ -32,27 +42,54 @@ def test_ceiling_cache_is_per_device_and_torch(tmp_path):
     assert a != b and a.parent == b.parent and " " not in a.name
 
 
-def _measurement(ms_yours, escaped_=False, check=None):
-    row = {"model": {"bytes": 3.22e9, "flops": 2.7e8},
-           "impls": {"yours": {"ms": ms_yours, "p20": ms_yours, "p80": ms_yours, "wall_ms": 2 * ms_yours,
-                               "rate": 3.22e9 / ms_yours / 1e6, "fraction": 3.22e9 / ms_yours / 1e6 / 4000,
-                               "escaped": escaped_}},
+EX01 = discover(only="01")[0]
+MODEL = {"bytes": 3.22e9, "flops": 2.7e8}
+
+
+def _figures(ms, wall_ms=None, host_ms=None):
+    t = {"ms": ms, "p20": ms, "p80": ms, "wall_ms": wall_ms or ms, "host_ms": host_ms}
+    f = figures_for(EX01, MODEL, t, {"bandwidth": 4000.0})
+    f["speedup"] = {"eager": 0.8 / f["ms"]}
+    return {"forward": f}
+
+
+def test_credit_from_a_vouched_figure():
+    figs = _figures(0.8)
+    assert figs["forward"]["fraction"] == pytest.approx(1.006, rel=1e-3)
+    rows, credit = performance_credit(EX01, figs, None)
+    assert credit == 1.0 and rows[0]["value"] == pytest.approx(1.006, rel=1e-3)
+
+
+def test_a_reported_time_the_wall_clock_contradicts_is_replaced():
+    figs = _figures(0.1, wall_ms=0.8)   # events claim 100 us, the judge saw 800 us per call
+    f = figs["forward"]
+    assert f["ms"] == 0.8 and "wall-clock time is used" in f["warnings"][0]
+
+
+def test_an_impossible_rate_earns_nothing_and_names_the_ceiling():
+    figs = _figures(0.3)                # 10.7 TB/s on a 4 TB/s GPU
+    f = figs["forward"]
+    assert f["impossible"] and "impossible" in f["warnings"][0] and "copy bandwidth" in f["warnings"][0]
+    assert performance_credit(EX01, figs, None)[1] == 0.0
+
+
+def test_a_failed_validation_earns_nothing():
+    rows, credit = performance_credit(EX01, _figures(0.8), "call 2 of 8: timed output 0 is not this call's answer")
+    assert credit == 0.0 and rows[0]["value"] is None
+
+
+def test_host_bound_is_flagged():
+    assert _figures(0.1, host_ms=0.3)["forward"]["host_bound"]
+    assert not _figures(0.8, host_ms=0.02)["forward"].get("host_bound")
+
+
+def _measurement(ms):
+    row = {"model": MODEL,
+           "impls": {"triton": {"ms": ms, "p20": ms, "p80": ms, "rate": 3.22e9 / ms / 1e6,
+                                "host_ms": 0.01}},
            "baselines": {"eager": {"ms": 0.8, "p20": 0.8, "p80": 0.8, "rate": 4025.0},
                          "liger": {"error": "not installed (No module named 'liger_kernel')"}}}
-    return {"case": {"n": 1 << 28}, "figures": {"forward": row}, "checks": {"yours": check}}
-
-
-def test_summarize_gives_credit_and_flags_escapes():
-    ex = discover(only="01")[0]
-    ceilings = {"bandwidth": 4000.0}
-    good = summarize(ex, _measurement(0.8), ceilings)
-    assert good["figures"]["forward"]["fraction"] == pytest.approx(1.006, rel=1e-3)
-    assert good["credit"] == 1.0 and not good["warnings"]
-    assert good["figures"]["forward"]["speedup"] == {"eager": pytest.approx(1.0)}
-    slow = summarize(ex, _measurement(0.8, escaped_=True), ceilings)  # wall time is used
-    assert slow["credit"] < 1.0 and "escaped" in slow["warnings"][0]
-    cheat = summarize(ex, _measurement(0.8, check="output after timing: 5 of 9 differ"), ceilings)
-    assert cheat["credit"] == 0.0 and "did not match" in cheat["warnings"][0]
+    return {"case": {"n": 1 << 28}, "figures": {"forward": row}, "checks": {"triton": None}}
 
 
 def test_bench_report_and_plot(tmp_path):
@@ -60,16 +97,15 @@ def test_bench_report_and_plot(tmp_path):
     for n in (1 << 16, 1 << 20, 1 << 24):
         m = _measurement(0.8)
         m["case"] = {"n": n}
-        m["figures"]["forward"]["impls"] = {"triton": m["figures"]["forward"]["impls"]["yours"]}
         sweep.append(m)
     data = {"meta": {"tree": "solutions", "device": "GPU", "torch": "t", "triton": "t", "date": "d"},
             "exercises": [{"exercise": "01_vector_add", "ceiling": "bandwidth", "ceiling_value": 4000.0,
                            "dtype": "float32", "graded_case": {"n": 1 << 24}, "sweep": sweep,
                            "graded": [sweep[-1], sweep[-1]], "load_errors": {}},
-                          {"exercise": "02_scale", "error": "the benchmark worker exited with 1"}]}
+                          {"exercise": "02_scale", "error": "the benchmark worker failed: timed out"}]}
     md = bench_markdown(json.loads(json.dumps(data)))
     assert "| triton | 800.0 |" in md and "| liger | not installed" in md and "02_scale" in md
-    assert "sweep over n" in md and "rerun" in md
+    assert "sweep over n" in md and "rerun" in md and "host µs/call" in md
     pytest.importorskip("matplotlib")
     bench_plot(data, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").stat().st_size > 10_000

@@ -1,0 +1,293 @@
+"""Measure: time a track at a benchmark case, with figures the trusted side can vouch for.
+
+The submission's process (the runner) times its own op with `timing.time_fn` (CUDA events, L2
+flushed) and its host cost; the judge does not take that figure on trust:
+
+1. **Validated batch on the judge's clock.** The judge makes K fresh input sets (new random
+   values on every call, from a seed the runner cannot know in advance), sends them at once, and
+   times with its own wall clock the runner's back-to-back calls on them, minus the round trip of
+   an empty request. Every output of every call is then compared with the float64 reference: a
+   cached output (same pointers, new values), a deferred one (a side stream), or a special case
+   for the benchmark size fails here, and the performance earns nothing.
+2. **The figure.** The event time stands if the judge's wall clock agrees with it (within 30%
+   plus launch slack); otherwise the wall-clock time is used, with a warning.
+3. **Physics.** A rate above 110% of the ceiling measured on this GPU is impossible: rejected,
+   naming the ceiling.
+4. **Who did the work.** One call at the benchmark case is observed like every check's call
+   (delegation, side streams: grader.trust).
+
+Baselines (the reference, torch.compile of it, native ops, peers) are trusted code and are timed
+in the judge's own process.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from grader.reference import load_reference
+from grader.timing import CEILINGS, rate, time_fn
+
+ESCAPE_RATIO, ESCAPE_SLACK_MS = 1.3, 0.05
+IMPOSSIBLE = 1.10           # a rate above this fraction of the measured ceiling is not physical
+BATCH_BYTES = 12 << 30      # input + output memory one validated batch may use
+# normwise relative error a timed output may have against float64 (the checks hold values
+# elementwise; here the point is that each timed call computed this call's answer)
+REL_BOUND = {"float64": 1e-9, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2, "int8": 1e-2}
+
+
+def escaped(event_ms: float, wall_ms: float) -> bool:
+    """Is the wall time per call well above the event time (work outside the timed region, or a
+    reported time that is not the real one)?"""
+    return wall_ms > ESCAPE_RATIO * event_ms + ESCAPE_SLACK_MS
+
+
+def _seed() -> int:
+    return int.from_bytes(os.urandom(4), "little")
+
+
+def make_inputs(exercise, ref, case, seed):
+    import torch
+    dtype = getattr(torch, exercise.benchmark.dtype)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return tuple(getattr(ref, exercise.benchmark.inputs)(case, dtype, "cuda", gen))
+
+
+def _nbytes(v) -> int:
+    import torch
+    from grader.seam import tensors_in
+    return sum(t.numel() * t.element_size() for t in tensors_in(v) if isinstance(t, torch.Tensor))
+
+
+def _dy_for(ref, args, exercise):
+    """An incoming gradient for forward+backward: random, shaped like the first output."""
+    import torch
+    with torch.no_grad():
+        out = ref.reference(*args)
+    first = out[0] if isinstance(out, (tuple, list)) else out
+    return torch.randn_like(first)
+
+
+def validate(exercise, ref, args, mode, got, dy=None) -> str | None:
+    """None if this call's outputs (and gradients) are this input's answer; else why not."""
+    import torch
+    from grader.testing import expected_grads, float64
+    b = exercise.benchmark
+    if mode == "forward":
+        with torch.no_grad():
+            want = ref.reference(*float64(args))
+        want = want if isinstance(want, (tuple, list)) else (want,)
+    else:
+        outs, grads = expected_grads(ref.reference, *args, wrt=b.grad_args, dy=dy)
+        want = outs[:1] + grads
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g is None or w is None:
+            continue
+        g64, w64 = g.double(), w.double()
+        if not bool(torch.isfinite(g64).all()) and bool(torch.isfinite(w64).all()):
+            return f"timed output {k} has NaN or inf where the reference is finite"
+        err = (torch.linalg.vector_norm(g64 - w64) /
+               torch.linalg.vector_norm(w64).clamp_min(1e-30)).item()
+        bound = REL_BOUND.get(str(g.dtype).removeprefix("torch."), 1e-2)
+        if not err <= bound:
+            return (f"timed output {k} is not this call's answer (relative error {err:.3g}, "
+                    f"bound {bound:g}): a cached or deferred result, or a special case for the "
+                    f"benchmark size")
+    return None
+
+
+def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = True) -> dict:
+    """Time the submission's op at `case` in `mode` (in its process), and vouch for it."""
+    import torch
+    from grader.proxy import remote_call
+    from grader.seam import transfer_copy, tree_map
+    b = exercise.benchmark
+    share = lambda v: tree_map(lambda t: transfer_copy(t) if isinstance(t, torch.Tensor) else t, v)
+    args = make_inputs(exercise, ref, case, _seed())
+    dy = _dy_for(ref, args, exercise) if mode == "forward_backward" else None
+    torch.cuda.synchronize()
+    r = session.request("time", entry=b.call, args=share(args), mode=mode,
+                        grad_args=list(b.grad_args), dy=share(dy) if dy is not None else None,
+                        timeout_s=max(600, session.timeout_s))
+    if not r.get("ok"):
+        from grader.proxy import _raise
+        _raise(r.get("error") or {})
+    t = {k: r[k] for k in ("ms", "p20", "p80", "host_ms")}
+    del args, dy
+    if not batch:
+        return t
+    # who did the work, at this size: one observed call (raises Delegation / SideStream)
+    one = make_inputs(exercise, ref, case, _seed())
+    with torch.no_grad():
+        remote_call(session, ("entry", b.call), one, what=f"{b.call}() at the benchmark case")
+    # the validated batch, on the judge's clock
+    per_set = _nbytes(one) * 2 + 1
+    del one
+    k = max(2, min(8, BATCH_BYTES // per_set))
+    sets = [make_inputs(exercise, ref, case, _seed()) for _ in range(k)]
+    dys = [_dy_for(ref, s, exercise) for s in sets] if mode == "forward_backward" else None
+    sent = share(sets)
+    sent_dys = share(dys) if dys is not None else None
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    session.request("noop")
+    noop = time.perf_counter() - start
+    start = time.perf_counter()
+    reply = session.request("batch", entry=b.call, sets=sent, mode=mode,
+                            grad_args=list(b.grad_args), dys=sent_dys,
+                            timeout_s=max(600, session.timeout_s))
+    wall = time.perf_counter() - start
+    if not reply.get("ok"):
+        from grader.proxy import _raise
+        _raise(reply.get("error") or {})
+    outs = [[o.clone() if isinstance(o, torch.Tensor) else None for o in call]
+            for call in reply["outs"]]
+    del sent, sent_dys, reply
+    t["wall_ms"] = max(wall - noop, 1e-6) * 1e3 / k
+    t["batch"] = k
+    problem = None
+    for i, s in enumerate(sets):
+        problem = validate(exercise, ref, s, mode, outs[i], dys[i] if dys else None)
+        if problem:
+            problem = f"call {i + 1} of {k}: {problem}"
+            break
+    del sets, dys, outs
+    torch.cuda.empty_cache()
+    t["problem"] = problem
+    return t
+
+
+def baseline_fns(exercise, ref) -> dict:
+    """name -> callable, or name -> an error string for a baseline that cannot run here."""
+    import torch
+    torch._dynamo.config.cache_size_limit = 64  # one compile per swept shape
+    fns = {}
+    b = exercise.benchmark
+    for name in b.baselines + b.peers:
+        if name == "eager":
+            fns[name] = ref.reference
+        elif name == "compile":
+            # static shapes: one specialized compile per swept shape (dynamo is reset per case),
+            # not the slower dynamic-shape kernels dynamo switches to by itself
+            fns[name] = torch.compile(ref.reference, dynamic=False)
+        elif hasattr(ref, name):
+            fns[name] = getattr(ref, name)
+        else:
+            fns[name] = f"reference.py defines no function {name!r}"
+    return fns
+
+
+def step(fn, args, mode, grad_args, dy):
+    """A zero-argument callable running `fn` once in `mode`, and the leaves whose grads reset."""
+    if mode == "forward":
+        return (lambda: fn(*args)), None
+    args = list(args)
+    leaves = []
+    for i in grad_args:
+        args[i] = args[i].detach().requires_grad_(True)
+        leaves.append(args[i])
+
+    def run():
+        out = fn(*args)
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        first.backward(dy)
+    return run, leaves
+
+
+def time_baselines(exercise, ref, case, mode, fns, *, graded=True) -> dict:
+    import torch
+    b = exercise.benchmark
+    args = make_inputs(exercise, ref, case, _seed())
+    dy = _dy_for(ref, args, exercise) if mode == "forward_backward" else None
+    out = {}
+    for name, fn in fns.items():
+        if isinstance(fn, str):
+            out[name] = {"error": fn}
+            continue
+        try:
+            run, leaves = step(fn, args, mode, b.grad_args, dy)
+            t = time_fn(run, grad_to_none=leaves, rep_ms=200 if graded else 100)
+            if graded:
+                from grader.timing import host_ms
+                t["host_ms"] = host_ms(run, grad_to_none=leaves)
+            out[name] = t
+        except ImportError as e:
+            out[name] = {"error": f"not installed ({e})"}
+        except Exception as e:  # a baseline that fails is reported; the run goes on
+            out[name] = {"error": f"failed: {type(e).__name__}: {str(e)[:200]}"}
+        torch.cuda.synchronize()
+    return out
+
+
+def figures_for(exercise, model, t, ceilings) -> dict:
+    """Rates, fraction of the ceiling, the figure used and why, for one mode of a track."""
+    b = exercise.benchmark
+    t = dict(t)
+    warnings = []
+    if "wall_ms" in t and escaped(t["ms"], t["wall_ms"]):
+        warnings.append(f"wall clock {t['wall_ms'] * 1e3:.0f} us per call vs {t['ms'] * 1e3:.0f} "
+                        f"us reported by events: the events do not hold all the work (a side "
+                        f"stream, or a reported time that is not the real one); the wall-clock "
+                        f"time is used")
+        t["ms"] = t["wall_ms"]
+    t["rate"] = rate(model, t["ms"], b.ceiling)
+    t["fraction"] = t["rate"] / ceilings[b.ceiling]
+    t["impossible"] = t["fraction"] > IMPOSSIBLE
+    if t["impossible"]:
+        c = CEILINGS[b.ceiling]
+        warnings.append(f"{t['rate']:.4g} {c.unit} is {100 * t['fraction']:.0f}% of the "
+                        f"{c.label} measured on this GPU ({ceilings[b.ceiling]:.4g} {c.unit}): "
+                        f"impossible, so not credited")
+    if t.get("host_ms") is not None and t["host_ms"] > t["ms"]:
+        t["host_bound"] = True
+    t["warnings"] = warnings
+    return t
+
+
+def grade_performance(exercise, track, session, record) -> None:
+    """Time one track at the graded case against the baselines; record the performance event."""
+    import torch
+    from grader.build import CACHE
+    from grader.score import performance_credit
+    from grader.timing import measure_ceilings
+    from grader.trust import Delegation, SideStream
+    from grader.proxy import RunnerDied
+    b = exercise.benchmark
+    if b is None:
+        return
+    if not torch.cuda.is_available():
+        record(event="performance", status="needs a GPU")
+        return
+    ceilings = measure_ceilings(CACHE)
+    ref = load_reference(exercise)
+    fns = baseline_fns(exercise, ref)
+    figures, problem = {}, None
+    torch._dynamo.reset()
+    for mode in b.modes:
+        model = getattr(ref, b.model)(b.case, getattr(torch, b.dtype), mode)
+        try:
+            t = time_submission(session, exercise, ref, b.case, mode)
+        except (Delegation, SideStream) as e:
+            problem = str(e)
+            break
+        except RunnerDied as e:
+            problem = f"the submission's process ended while timing: {e.reason}"
+            break
+        except Exception as e:
+            problem = f"the op failed while timing: {type(e).__name__}: {str(e)[:300]}"
+            break
+        problem = problem or t.pop("problem", None)
+        f = figures_for(exercise, model, t, ceilings)
+        f["model"] = model
+        f["baselines"] = time_baselines(exercise, ref, b.case, mode, fns)
+        f["speedup"] = {n: bt["ms"] / f["ms"] for n, bt in f["baselines"].items() if "ms" in bt}
+        figures[mode] = f
+        if problem:
+            break
+    c = CEILINGS[b.ceiling]
+    thresholds, credit = performance_credit(exercise, figures, problem)
+    record(event="performance", status="measured" if figures else "rejected",
+           case=b.case, dtype=b.dtype, ceiling_name=c.label, ceiling_unit=c.unit,
+           ceiling_value=ceilings[b.ceiling], figures=figures, thresholds=thresholds,
+           credit=credit, problem=problem,
+           warnings=[w for f in figures.values() for w in f.get("warnings", [])] +
+           ([f"no performance credit: {problem}"] if problem else []))

@@ -1,0 +1,151 @@
+"""Timing: the one timing helper, and the ceilings every kernel is held to.
+
+How (the anchors' method): `triton.testing.do_bench` warms up, flushes L2 before every repetition
+and times with CUDA events; we keep the median and the 20th-80th percentile spread. Beside it,
+the host time of one call: the CPU time to enqueue it while the GPU is kept busy (so the host never
+waits for the GPU); when that exceeds the GPU time, the op is host-bound.
+
+Ceilings are declared once, in CEILINGS (name, unit, what the op's model counts, how measured),
+measured once per GPU and torch version and cached; a new ceiling is a new entry here.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+QUANTILES = (0.2, 0.5, 0.8)
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    label: str        # "copy bandwidth"
+    unit: str         # "GB/s" or "TFLOP/s"
+    counts: str       # what the exercise's model counts: "bytes" or "flops"
+    how: str          # how it is measured, for the reports
+    measure: Callable  # () -> rate in `unit`, on the current GPU
+
+
+def rate(model: dict, ms: float, ceiling: str) -> float:
+    """GB/s or TFLOP/s achieved in `ms` milliseconds (by the ceiling's unit)."""
+    c = CEILINGS[ceiling]
+    seconds = ms * 1e-3
+    return model["bytes"] / seconds / 1e9 if c.counts == "bytes" else model["flops"] / seconds / 1e12
+
+
+def stats(quantiles: list[float]) -> dict:
+    p20, p50, p80 = quantiles
+    return {"ms": p50, "p20": p20, "p80": p80}
+
+
+def time_fn(fn, *, grad_to_none=None, rep_ms: int = 200, warmup_ms: int = 50) -> dict:
+    """The one timing helper: median and spread of `fn` in ms, L2 flushed between runs."""
+    import triton.testing
+    fn()  # first call outside the timing: compilation, autotuning, lazy init
+    q = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none,
+                                quantiles=list(QUANTILES))
+    return stats(q)
+
+
+def host_ms(fn, *, grad_to_none=None, calls: int = 20) -> float:
+    """CPU time to enqueue one call, measured while the GPU is held busy by a sleeping kernel, so
+    that no call waits for the GPU (a queue that drains would hide the host cost)."""
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(2e9))  # ~1 s of GPU cycles ahead of the calls
+    start = time.perf_counter()
+    for _ in range(calls):
+        for t in grad_to_none or ():
+            t.grad = None
+        fn()
+    spent = (time.perf_counter() - start) * 1e3 / calls
+    torch.cuda.synchronize()
+    return spent
+
+
+# --- the ceilings --------------------------------------------------------------------------------
+
+def _copy() -> float:
+    import torch
+    src = torch.randn(1 << 29, device="cuda", dtype=torch.bfloat16)  # 1 GiB, far past L2
+    dst = torch.empty_like(src)
+    t = time_fn(lambda: dst.copy_(src))
+    return 2 * (1 << 30) / (t["ms"] * 1e-3) / 1e9
+
+
+def _read() -> float:
+    """A Triton kernel that loads every byte and stores nothing (its one store is guarded by a
+    test on the data that never holds, so the loads cannot be removed): read-only bandwidth,
+    without a reduction."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def read_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+        tl.store(out_ptr + tl.arange(0, BLOCK), x, mask=x == 12345.678)
+
+    n = 1 << 28
+    x = torch.rand(n, device="cuda", dtype=torch.float32)  # values in [0, 1)
+    out = torch.empty(4096, device="cuda", dtype=torch.float32)
+    block = 4096
+    t = time_fn(lambda: read_kernel[(triton.cdiv(n, block),)](x, out, n, BLOCK=block, num_warps=8))
+    return 4 * n / (t["ms"] * 1e-3) / 1e9
+
+
+def _matmul(dtype_name: str) -> Callable:
+    def measure() -> float:
+        import torch
+        dtype = getattr(torch, dtype_name)
+        n = 8192
+        a = torch.randn(n, n, device="cuda", dtype=dtype)
+        b = torch.randn(n, n, device="cuda", dtype=dtype)
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False  # plain fp32: what CUDA cores can do
+        try:
+            t = time_fn(lambda: a @ b, rep_ms=300)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        return 2 * n ** 3 / (t["ms"] * 1e-3) / 1e12
+    return measure
+
+
+CEILINGS = {
+    "bandwidth": Ceiling("copy bandwidth", "GB/s", "bytes",
+                         "device-to-device copy of 1 GiB bf16, bytes read + written", _copy),
+    "read_bandwidth": Ceiling("read bandwidth", "GB/s", "bytes",
+                              "a Triton kernel reading 1 GiB fp32 and writing nothing", _read),
+    "matmul_bf16": Ceiling("bf16 matmul rate", "TFLOP/s", "flops", "cuBLAS bf16 8192^3",
+                           _matmul("bfloat16")),
+    "matmul_fp16": Ceiling("fp16 matmul rate", "TFLOP/s", "flops", "cuBLAS fp16 8192^3",
+                           _matmul("float16")),
+    "matmul_fp32": Ceiling("fp32 matmul rate", "TFLOP/s", "flops",
+                           "cuBLAS fp32 8192^3, TF32 off", _matmul("float32")),
+}
+
+
+def ceiling_cache_path(cache_dir: Path, device_name: str, torch_version: str) -> Path:
+    safe = "".join(c if c.isalnum() else "-" for c in f"{device_name}-{torch_version}")
+    return cache_dir / "ceilings" / f"{safe}.json"
+
+
+def measure_ceilings(cache_dir: Path, names=None) -> dict:
+    """This GPU's ceilings (name -> rate), measured once per device and torch, cached."""
+    import torch
+    name = torch.cuda.get_device_name()
+    path = ceiling_cache_path(cache_dir, name, torch.__version__)
+    out = json.loads(path.read_text()) if path.exists() else {}
+    out.update(device=name, torch=str(torch.__version__))
+    missing = [c for c in (names or CEILINGS) if c not in out]
+    for c in missing:
+        out[c] = CEILINGS[c].measure()
+        torch.cuda.empty_cache()
+    if missing:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2))
+    return out
