@@ -45,6 +45,13 @@ def _seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
+def _ok(reply: dict) -> dict:
+    if not reply.get("ok"):
+        from grader.proxy import _raise
+        _raise(reply.get("error") or {})
+    return reply
+
+
 def make_inputs(exercise, ref, case, seed):
     import torch
     dtype = getattr(torch, exercise.benchmark.dtype)
@@ -108,10 +115,7 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     r = session.request("time", entry=b.call, args=share(args), mode=mode,
                         grad_args=list(b.grad_args), dy=share(dy) if dy is not None else None,
                         timeout_s=max(600, session.timeout_s))
-    if not r.get("ok"):
-        from grader.proxy import _raise
-        _raise(r.get("error") or {})
-    t = {k: r[k] for k in ("ms", "p20", "p80", "host_ms")}
+    t = {k: _ok(r)[k] for k in ("ms", "p20", "p80", "host_ms")}
     del args, dy
     if not batch:
         return t
@@ -119,26 +123,28 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     one = make_inputs(exercise, ref, case, _seed())
     with torch.no_grad():
         remote_call(session, ("entry", b.call), one, what=f"{b.call}() at the benchmark case")
-    # the validated batch, on the judge's clock
+    # the validated batch, on the judge's clock: K fresh input sets, plus one for the warm-up
     per_set = _nbytes(one) * 2 + 1
-    del one
     k = max(2, min(8, BATCH_BYTES // per_set))
+    warm_dy = _dy_for(ref, one, exercise) if mode == "forward_backward" else None
+    warmup = share((one, warm_dy))
+    del one, warm_dy
     sets = [make_inputs(exercise, ref, case, _seed()) for _ in range(k)]
     dys = [_dy_for(ref, s, exercise) for s in sets] if mode == "forward_backward" else None
     sent = share(sets)
     sent_dys = share(dys) if dys is not None else None
     torch.cuda.synchronize()
+    limit = max(600, session.timeout_s)
+    _ok(session.request("stage", entry=b.call, warmup=warmup, sets=sent, mode=mode,
+                        grad_args=list(b.grad_args), dys=sent_dys, timeout_s=limit))
+    del warmup
     start = time.perf_counter()
     session.request("noop")
     noop = time.perf_counter() - start
     start = time.perf_counter()
-    reply = session.request("batch", entry=b.call, sets=sent, mode=mode,
-                            grad_args=list(b.grad_args), dys=sent_dys,
-                            timeout_s=max(600, session.timeout_s))
+    _ok(session.request("go", timeout_s=limit))
     wall = time.perf_counter() - start
-    if not reply.get("ok"):
-        from grader.proxy import _raise
-        _raise(reply.get("error") or {})
+    reply = _ok(session.request("collect", timeout_s=limit))
     outs = [[o.clone() if isinstance(o, torch.Tensor) else None for o in call]
             for call in reply["outs"]]
     del sent, sent_dys, reply

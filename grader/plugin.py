@@ -241,7 +241,9 @@ def impl(request, exercise, track):
     except RunnerDied as e:
         pytest.fail(e.reason, pytrace=False)
     if not s.loaded.get("built"):
-        pytest.fail(s.loaded.get("message", "the track did not load"), pytrace=False)
+        err = s.loaded.get("error") or {}
+        pytest.fail(s.loaded.get("message") or f"loading the track failed: {err.get('type')}: "
+                    f"{err.get('message')}", pytrace=False)
     return RemoteImpl(s)
 
 

@@ -69,18 +69,47 @@ def loads_untrusted(data: bytes):
     return SafeUnpickler(io.BytesIO(data)).load()
 
 
+_EMPTY = "__empty_tensor__"
+
+
+def _pack(v):
+    """Tensors without elements have no memory to share: they travel as their metadata."""
+    if isinstance(v, torch.Tensor) and v.numel() == 0:
+        return (_EMPTY, tuple(v.shape), tuple(v.stride()), str(v.dtype).removeprefix("torch."),
+                str(v.device), bool(v.requires_grad))
+    return v
+
+
+def _unpack(v):
+    if isinstance(v, tuple) and len(v) == 6 and v[0] == _EMPTY:
+        _, shape, stride, dtype, device, grad = v
+        t = torch.empty_strided(shape, stride, dtype=_DTYPES[dtype], device=device)
+        return t.requires_grad_() if grad else t
+    return v
+
+
+def _map_leaves(fn, v):
+    if isinstance(v, tuple) and len(v) == 6 and v[0] == _EMPTY:
+        return fn(v)
+    if isinstance(v, (tuple, list)):
+        return type(v)(_map_leaves(fn, x) for x in v)
+    if isinstance(v, dict):
+        return {k: _map_leaves(fn, x) for k, x in v.items()}
+    return fn(v)
+
+
 def send(conn, obj) -> None:
-    conn.send_bytes(dumps(obj))
+    conn.send_bytes(dumps(_map_leaves(_pack, obj)))
 
 
 def recv_trusted(conn):
     """The runner reading the judge: the judge is trusted."""
-    return pickle.loads(conn.recv_bytes())
+    return _map_leaves(_unpack, pickle.loads(conn.recv_bytes()))
 
 
 def recv_untrusted(conn):
     """The judge reading the runner: data and shared tensors only."""
-    return loads_untrusted(conn.recv_bytes(MAX_MESSAGE))
+    return _map_leaves(_unpack, loads_untrusted(conn.recv_bytes(MAX_MESSAGE)))
 
 
 def transfer_copy(t: torch.Tensor) -> torch.Tensor:

@@ -75,13 +75,16 @@ def delegation(observed: dict, exercise, track, *, what: str) -> str | None:
         return (f"{what} called PyTorch's {names}: {rule_text(exercise, track)}. Compute the "
                 f"result with your kernel instead of torch/ATen operations")
     own = re.compile("|".join(getattr(track, "library_kernels", ()) or ["(?!)"]), re.I)
-    library = [k for k, _s, under in observed.get("kernels") or []
-               if not under and LIBRARY_KERNELS.search(k) and not own.search(k)]
+    # [name, stream, launched under an ATen op, launch found]: only kernels whose launch was
+    # found are judged (an unattributed kernel is never held against the submission)
+    kernels = [k for k in observed.get("kernels") or [] if k[3]]
+    library = [k[0] for k in kernels if not k[2] and LIBRARY_KERNELS.search(k[0])
+               and not own.search(k[0])]
     if library:
         return (f"{what} launched a library kernel that is not yours ({library[0][:120]}): "
                 f"{rule_text(exercise, track)}")
     if observed.get("work"):
-        mine = [k for k, _s, under in observed.get("kernels") or [] if not under]
+        mine = [k for k in observed.get("kernels") or [] if not k[2]]
         if observed.get("gpu") and not mine:
             return (f"{what} launched no kernel of its own on the GPU: "
                     f"{rule_text(exercise, track)}")
@@ -94,7 +97,7 @@ def side_stream(observed: dict, *, what: str) -> str | None:
     stream = observed.get("stream")
     if stream is None:
         return None
-    other = [(k, s) for k, s, under in observed.get("kernels") or [] if s != stream]
+    other = [(k[0], k[1]) for k in observed.get("kernels") or [] if k[1] != stream]
     if not other:
         return None
     k, s = other[0]
