@@ -1,0 +1,45 @@
+"""The wire between the judge and the submission's process: data and shared tensors only."""
+import os
+import pickle
+import socket
+from multiprocessing.connection import Connection
+
+import pytest
+import torch
+
+from grader import seam
+
+
+def pair():
+    a, b = socket.socketpair()
+    return Connection(a.detach()), Connection(b.detach())
+
+
+def test_tensors_cross_with_their_strides_and_offsets():
+    ours, theirs = pair()
+    base = torch.randn(6, 8)
+    views = [base[:, ::2], base[1:], base.t(), torch.empty(0, 3), torch.tensor(2.5)]
+    seam.send(theirs, {"outs": tuple(seam.transfer_copy(v) for v in views), "note": "hi"})
+    got = seam.recv_untrusted(ours)["outs"]
+    for v, g in zip(views, got):
+        assert g.shape == v.shape and g.stride() == v.stride() and torch.equal(g, v)
+    assert got[1].storage_offset() == views[1].storage_offset()
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_a_message_that_would_run_code_is_refused():
+    ours, theirs = pair()
+    theirs.send_bytes(pickle.dumps({"ok": True, "x": Evil()}))
+    with pytest.raises(seam.UnsafeMessage, match="system"):
+        seam.recv_untrusted(ours)
+
+
+def test_the_runner_reads_the_judge_plainly():
+    ours, theirs = pair()
+    seam.send(ours, {"op": "call", "args": [torch.ones(3), None, "relu"]})
+    msg = seam.recv_trusted(theirs)
+    assert msg["op"] == "call" and torch.equal(msg["args"][0], torch.ones(3))

@@ -1,0 +1,301 @@
+"""The cheats a grader must survive: each known-bad submission is rejected, with the right reason,
+and the repository is left as it was. (See README, "What the grader trusts".)
+
+Each entry is a solution with a small edit (conftest.variant), so the gallery stays in step with
+the solutions. Entries that need a kernel on the GPU are marked `gpu`; the rest run here, on
+Triton's CPU interpreter or a C++ CPU path.
+"""
+import os
+import subprocess
+
+import pytest
+
+from grader.discover import ROOT, discover
+from grader.isolate import run_track
+from grader.score import score
+
+EX = {e.number: e for e in discover()}
+ADD_DEF = "def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
+LAUNCH = "    add_kernel[grid](x, y, out, n, BLOCK=BLOCK, num_warps=NUM_WARPS)\n"
+KERNEL_ADD = "out = x.to(tl.float32) + y.to(tl.float32)"
+FAST = "matches_reference or length_one"  # the checks that matter for these entries
+
+
+@pytest.fixture(scope="module", autouse=True)
+def repository_unchanged():
+    """After the whole gallery, every file of the repository is as it was (git's view)."""
+    def state():
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
+                             capture_output=True, text=True)
+        return out.stdout if out.returncode == 0 else None
+    before = state()
+    yield
+    if os.environ.get("CI"):  # elsewhere, people may be editing the tree meanwhile
+        assert state() == before, "grading the gallery changed the repository"
+
+
+def grade(tree, number="01", track=None, **kw):
+    ex = EX[number]
+    t = ex.tracks[track] if track else next(iter(ex.tracks.values()))
+    r = run_track(tree, ex, t, **kw)
+    return r, score(ex, r)
+
+
+def failed(r):
+    return {c.name.split("[")[0]: c.message for c in r.checks if c.outcome == "failed"}
+
+
+def v01(variant, *edits):
+    return variant("01_vector_add", "triton", {"vector_add.py": list(edits)})
+
+
+@pytest.fixture
+def fast(monkeypatch):
+    monkeypatch.setenv("GRADER_SELECT", FAST)
+
+
+# --- delegation: the op must be the submission's own kernels ---------------------------------
+
+def test_delegating_to_pytorch_is_named(variant, fast):
+    r, s = grade(v01(variant, (ADD_DEF, ADD_DEF + "    return x + y\n")))
+    msgs = failed(r)
+    assert "called PyTorch's aten::add" in msgs["your kernels do the work"]
+    assert "your own kernels do the work" in msgs["test_matches_reference"]
+    assert s.correctness == 0
+
+
+def test_delegating_to_the_reference_module(variant, fast):
+    r, s = grade(v01(variant, (ADD_DEF, ADD_DEF +
+        "    import importlib.util, pathlib\n"
+        f"    p = pathlib.Path({str(ROOT)!r}) / 'exercises/01_vector_add/reference.py'\n"
+        "    spec = importlib.util.spec_from_file_location('r', p)\n"
+        "    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "    return m.reference(x, y)\n")))
+    assert "aten::add" in failed(r)["your kernels do the work"] and s.correctness == 0
+
+
+def test_no_kernel_at_all(variant, fast):
+    r, s = grade(v01(variant, (ADD_DEF, ADD_DEF +
+        "    import numpy as np\n"
+        "    return torch.from_numpy(np.add(x.numpy(), y.numpy()))\n")))
+    msg = failed(r)["your kernels do the work"]
+    assert "launched no Triton kernel" in msg or "no kernel of its own" in msg, msg
+    assert s.correctness == 0
+
+
+def test_hiding_from_the_profiler_does_not_hide(variant, fast):
+    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport contextlib\n"
+        "torch.profiler.profile = lambda *a, **k: contextlib.nullcontext()\n"
+        "torch.autograd.profiler.record_function = lambda *a, **k: contextlib.nullcontext()\n"),
+        (ADD_DEF, ADD_DEF + "    return x + y\n")))
+    assert "aten::add" in failed(r)["your kernels do the work"] and s.correctness == 0
+
+
+@pytest.mark.timeout(1800)
+def test_delegating_from_cpp_through_aten(variant, monkeypatch):
+    """03's C++ CPU path calling at::relu / at::mul instead of its loops: the dispatcher sees it."""
+    monkeypatch.setenv("GRADER_SELECT", "forward_matches")
+    tree = variant("03_bias_relu", "cuda", {"bias_relu.cpp": [(
+        "return x.is_cuda() ? bias_relu_forward_cuda(xc, bc, scale) : forward_cpu(xc, bc, scale);",
+        "return x.is_cuda() ? bias_relu_forward_cuda(xc, bc, scale) : at::relu(xc * scale + bc);")]})
+    r, s = grade(tree, "03")
+    msg = failed(r)["your kernels do the work"]
+    assert "called PyTorch's" in msg and ("aten::mul" in msg or "aten::relu" in msg), msg
+
+
+# --- the checks and the results are out of the submission's reach ----------------------------
+
+def test_monkeypatching_the_checker_changes_nothing(variant, fast):
+    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport grader.check as _c\n"
+        "_c.assert_close = lambda *a, **k: None\n_c.call_checked = lambda f, *a, **k: f(*a)\n"),
+        (KERNEL_ADD, KERNEL_ADD.replace("+", "-"))))
+    assert "elements differ" in failed(r)["test_matches_reference"]
+
+
+FORGE = ("import glob, json, os\n"
+         "for f in glob.glob('/tmp/grader-*/*.jsonl') + glob.glob('/tmp/*/grader-*/*.jsonl'):\n"
+         "    try:\n"
+         "        open(f, 'a').write(json.dumps({'event': 'result', 'test': 'x', 'outcome': 'passed'}) + '\\n')\n"
+         "    except OSError:\n"
+         "        pass\n")
+
+
+def test_forged_result_lines_are_not_read(variant, fast):
+    r, s = grade(v01(variant, ("import torch\n", "import torch\n" + FORGE),
+                     (KERNEL_ADD, KERNEL_ADD.replace("+", "-"))))
+    assert "elements differ" in failed(r)["test_matches_reference"]
+    assert r.count("correctness", "passed") <= 1  # at most the zero-length check
+
+
+def test_forging_then_exiting(variant, fast):
+    r, s = grade(v01(variant, ("import torch\n", "import torch\n" + FORGE + "os._exit(0)\n")))
+    assert s.total == 0 and not r.build.get("ok")
+    assert "ended" in r.build["message"] or "exited" in r.build["message"], r.build
+
+
+def test_writing_into_every_descriptor(variant, fast):
+    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport os\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n        os.write(fd, b'\\x00\\x00\\x00\\x10{\"ok\": true}passed!!')\n"
+        "    except OSError:\n        pass\n")))
+    assert s.total == 0
+    assert not r.build.get("ok") or r.ended, (r.build, r.ended)
+
+
+def test_a_forged_pickle_is_refused(variant, fast):
+    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport os, pickle, sys\n"
+        "from multiprocessing.connection import Connection\n"
+        "class Evil:\n    def __reduce__(self):\n        return (os.system, ('touch /tmp/pwned-by-submission',))\n"
+        "Connection(int(sys.argv[sys.argv.index('--fd') + 1])).send_bytes(pickle.dumps({'ok': True, 'x': Evil()}))\n")))
+    assert s.total == 0
+    assert "forged message" in r.build.get("message", "") + r.ended, (r.build, r.ended)
+    assert not os.path.exists("/tmp/pwned-by-submission")
+
+
+def test_killing_the_judge_scores_nothing(variant, fast):
+    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport os, signal\n"
+                                "os.kill(os.getppid(), signal.SIGKILL)\n")))
+    assert s.total == 0 and (r.ended or not r.build.get("ok")), (r.ended, r.build)
+
+
+# --- the repository cannot be changed ----------------------------------------------------------
+
+def _tamper(target: str) -> str:
+    return ("import torch\n"
+            "try:\n"
+            f"    open({str(ROOT / target)!r}, 'w').write('def test_anything():\\n    pass\\n')\n"
+            "except OSError:\n"
+            "    pass\n")
+
+
+@pytest.mark.parametrize("target", ["exercises/01_vector_add/test_vector_add.py",
+                                    "grader/score.py", "results.json"])
+def test_rewriting_the_repository_is_tampering(variant, fast, target):
+    before = (ROOT / target).read_bytes() if (ROOT / target).exists() else None
+    r, s = grade(v01(variant, ("import torch\n", _tamper(target))))
+    assert r.tampering and target in " ".join(r.tampering), r.tampering
+    assert s.total == 0
+    after = (ROOT / target).read_bytes() if (ROOT / target).exists() else None
+    assert after == before
+
+
+def test_the_sandbox_is_on():
+    """Landlock makes the repository read-only to the submission where the kernel has it; the
+    hash check stands behind it everywhere."""
+    r, _ = grade(ROOT / "solutions", "01")
+    state = r.build.get("sandbox", "")
+    try:
+        import landlock
+        landlock.landlock_abi_version()
+    except Exception:
+        pytest.skip(f"no Landlock on this machine: {state}")
+    assert state.startswith("Landlock ABI"), state
+    assert not r.tampering and not failed(r), failed(r)
+    assert any(c.name == "your kernels do the work" and c.outcome == "passed" for c in r.checks)
+
+
+# --- values: what a fast-but-wrong op tries -----------------------------------------------------
+
+def test_output_written_after_returning(variant, fast):
+    """The kernel runs after the op returned (a thread): the judge has already read the output."""
+    r, s = grade(v01(variant, (LAUNCH, "    import threading, time\n"
+        "    def later():\n        time.sleep(0.3)\n" + "    " + LAUNCH +
+        "    threading.Thread(target=later).start()\n")))
+    assert "never written" in failed(r)["test_matches_reference"]
+
+
+def test_zeroing_the_inputs_before_the_reference_reads_them(variant, fast):
+    r, s = grade(v01(variant, (LAUNCH, LAUNCH + "    x.zero_(); y.zero_(); out.zero_()\n")))
+    assert "input `x` was modified" in failed(r)["test_matches_reference"]
+
+
+def test_zeroing_the_inputs_later_changes_nothing_here(variant, fast):
+    r, s = grade(v01(variant, (LAUNCH, "    import threading, time\n    out.zero_()\n"
+        "    threading.Thread(target=lambda: (time.sleep(0.2), x.zero_(), y.zero_())).start()\n"
+        "    return out\n")))
+    assert "elements differ" in failed(r)["test_matches_reference"]
+
+
+def test_nan_and_inf_never_pass(variant, fast):
+    r, s = grade(v01(variant, (LAUNCH, LAUNCH + "    out.fill_(float('nan'))\n")))
+    assert "NaN" in failed(r)["test_matches_reference"]
+
+
+def test_low_precision_math(variant, fast):
+    r, s = grade(v01(variant, (KERNEL_ADD, "out = x.to(tl.float16) + y.to(tl.float16)")))
+    assert "small errors everywhere" in failed(r)["test_matches_reference"]
+
+
+def test_returning_something_else(variant, fast):
+    r, s = grade(v01(variant, (ADD_DEF, ADD_DEF + "    return [x, y]\n")))
+    assert "not tensors" in failed(r)["test_matches_reference"] or \
+        "not a tensor" in failed(r)["test_matches_reference"]
+
+
+# --- the GPU: streams, caching, the benchmark case, the clock ---------------------------------
+
+@pytest.mark.gpu
+def test_delegating_through_at_in_cuda(variant):
+    tree = variant("02_scale", "cuda", {"scale.cu": [
+        ("  if (n == 0) return out;  // a launch", "  if (n > 0) return x * a;\n  if (n == 0) return out;  // a launch")]})
+    r, s = grade(tree, "02")
+    assert "aten::mul" in failed(r)["your kernels do the work"] and s.correctness == 0
+
+
+@pytest.mark.gpu
+def test_a_side_stream_is_a_failed_check(variant):
+    tree = variant("02_scale", "cuda", {"scale.cu": [
+        ("  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();",
+         "  static cudaStream_t side = [] { cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); return s; }();\n"
+         "  const cudaStream_t stream = side;")]})
+    r, s = grade(tree, "02")
+    assert "not on the caller's current stream" in failed(r)["your kernels do the work"]
+    assert s.correctness < EX["02"].points["correctness"]
+
+
+@pytest.mark.gpu
+def test_output_cached_by_pointer(variant):
+    r, s = grade(v01(variant, (ADD_DEF, "_cache = {}\n\n\n" + ADD_DEF +
+        "    key = (x.data_ptr(), y.data_ptr(), x.numel())\n"
+        "    if key in _cache:\n        return _cache[key]\n"
+        "    _cache[key] = _add(x, y)\n    return _cache[key]\n\n\ndef _add(x, y):\n")),
+        bench=True)
+    p = r.performance or {}
+    why = (p.get("problem") or "") + " ".join(failed(r).values())
+    assert not p.get("credit"), p
+    assert "not this call's answer" in why or "elements differ" in why, why
+
+
+@pytest.mark.gpu
+def test_special_casing_the_benchmark_size(variant):
+    r, s = grade(v01(variant, (ADD_DEF, ADD_DEF +
+        "    if x.numel() == 1 << 28:\n        return torch.empty_like(x)\n")), bench=True)
+    p = r.performance or {}
+    assert p.get("credit") == 0.0, p
+    assert "NaN" in p.get("problem", "") or "not this call's answer" in p.get("problem", ""), p
+
+
+@pytest.mark.gpu
+def test_delegating_only_at_the_benchmark_size(variant):
+    r, s = grade(v01(variant, (ADD_DEF, ADD_DEF + "    if x.numel() == 1 << 28:\n        return x + y\n")),
+                 bench=True)
+    p = r.performance or {}
+    assert p.get("credit") == 0.0 and "aten::add" in p.get("problem", ""), p
+
+
+@pytest.mark.gpu
+def test_a_patched_timer_is_overruled_by_the_wall_clock(variant):
+    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport triton.testing as _tt\n"
+        "_tt.do_bench = lambda fn, *a, quantiles=None, **k: (fn(), [0.001, 0.001, 0.001])[1]\n")),
+        bench=True)
+    f = r.performance["figures"]["forward"]
+    assert "wall-clock time is used" in " ".join(r.performance["warnings"])
+    assert f["ms"] == f["wall_ms"] and f["fraction"] < 1.1
+
+
+@pytest.mark.gpu
+def test_a_race_fails(variant):
+    tree = variant("06_rmsnorm", "cuda", {"rmsnorm.cu": [
+        ("  if (lane == 0) shared[warp] = v;\n  __syncthreads();", "  if (lane == 0) shared[warp] = v;")]})
+    r, s = grade(tree, "06", "cuda")
+    assert "elements differ" in " ".join(failed(r).values())
