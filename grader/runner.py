@@ -423,6 +423,8 @@ def main(argv=None) -> int:
     from multiprocessing.connection import Connection
     conn = Connection(args.fd)
     roots = _writable_roots(args)
+    for root in roots:  # before the sandbox closes: a folder that is not there cannot be allowed
+        root.mkdir(parents=True, exist_ok=True)
     attempts = Attempts([Path(x) for x in args.protect], roots)
     sys.addaudithook(attempts.hook)  # permanent: no Python code can remove it
     state = sandbox(roots)
