@@ -237,7 +237,8 @@ def test_returning_something_else(variant, fast):
 @pytest.mark.gpu
 def test_delegating_through_at_in_cuda(variant):
     tree = variant("02_scale", "cuda", {"scale.cu": [
-        ("  if (n == 0) return out;  // a launch", "  if (n > 0) return x * a;\n  if (n == 0) return out;  // a launch")]})
+        ("#include <torch/library.h>", "#include <ATen/ops/mul.h>\n#include <torch/library.h>"),
+        ("  if (n == 0) return out;  // a launch", "  if (n > 0) return at::mul(x, a);\n  if (n == 0) return out;  // a launch")]})
     r, s = grade(tree, "02")
     assert "aten::mul" in failed(r)["your kernels do the work"] and s.correctness == 0
 
