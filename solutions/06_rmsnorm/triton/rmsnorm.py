@@ -11,7 +11,7 @@ per tensor.
   backward  reads x and dy, writes dx (+ w, rstd, dw, and the dw partials: ~2%):
                                                              805 MB -> 188 us / 268 us
   both                                                      1342 MB -> 314 us / 447 us
-against 410 us for torch.compile of the composite on an H200 (ANCHORS.md). About 4 flops per
+against 410 us for torch.compile of the composite on an H200 (2026-11-21, results/RESULTS.md). About 4 flops per
 byte at most: nowhere near the arithmetic units; all that matters is reading each byte once.
 
 Both ops are `triton_op`s: Inductor sees the Triton kernels inside them (and can schedule them
