@@ -1,0 +1,61 @@
+"""Documents cite only what exists: every relative link, and every repository file a README,
+an exercise, a starter or a solution names. Files outside the repository (the shared notes a
+course was built from) are not cited to learners: the figure and its source are."""
+import re
+from pathlib import Path
+
+import pytest
+
+from grader.discover import ROOT
+
+SKIP = {".git", ".venv", ".cache", ".hypothesis", "__pycache__", ".whl", ".gpu", "node_modules"}
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s#]+)(?:#[^)]*)?\)")
+CITED = re.compile(r"(?<![\w./-])((?:grader|results|exercises|tests|include|solutions|starter)/"
+                   r"[\w./-]*\w\.(?:md|py|cu|cuh|cpp|h|toml|json|png|txt|sh))\b")
+OUTSIDE = re.compile(r"(?<![\w/.])(ANCHORS|FACTS|CURRICULUM|STYLE|TRUST)\.md\b")
+LEARNER_FACING = ("README.md", "exercises", "solutions", "starter", "include")
+
+
+def _files(suffixes):
+    for p in ROOT.rglob("*"):
+        if p.is_file() and p.suffix in suffixes and not SKIP & set(p.relative_to(ROOT).parts):
+            yield p
+
+
+def _rel(p):
+    return str(p.relative_to(ROOT))
+
+
+def _prose(text: str) -> str:
+    """Markdown without its code (``` blocks and `spans`), where brackets are not links."""
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", text, flags=re.S))
+
+
+@pytest.mark.parametrize("doc", sorted(_files({".md"})), ids=_rel)
+def test_relative_links_exist(doc):
+    missing = [t for t in LINK.findall(_prose(doc.read_text()))
+               if "://" not in t and not t.startswith("mailto:")
+               and not (doc.parent / t).exists()]
+    assert not missing, f"{_rel(doc)} links to missing files: {missing}"
+
+
+def test_cited_files_exist():
+    bad = []
+    for f in _files({".md", ".py", ".cu", ".cuh", ".cpp", ".h", ".toml"}):
+        for path in CITED.findall(f.read_text(errors="replace")):
+            if "NN_" in path or "*" in path:
+                continue  # a pattern, not a file
+            if not (ROOT / path).exists() and not (f.parent / path).exists():
+                bad.append(f"{_rel(f)}: {path}")
+    assert not bad, "files cited but not in the repository:\n" + "\n".join(bad)
+
+
+def test_learners_are_not_sent_outside_the_repository():
+    bad = []
+    for f in _files({".md", ".py", ".cu", ".cuh", ".cpp", ".toml"}):
+        if not _rel(f).startswith(LEARNER_FACING):
+            continue
+        for m in OUTSIDE.finditer(f.read_text(errors="replace")):
+            bad.append(f"{_rel(f)}: {m.group(0)}")
+    assert not bad, ("cites notes that are not in the repository (say the figure, its device "
+                     "and date, and results/ as the source instead):\n" + "\n".join(bad))
