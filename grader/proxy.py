@@ -145,13 +145,13 @@ class Session:
         """Turn a call's evidence into a failed check (delegation, side stream)."""
         if not observed:
             return
-        for why in (trust.delegation(observed, self.exercise, self.track, what=what),
-                    trust.side_stream(observed, what=what)):
+        for kind, why in ((trust.Delegation, trust.delegation(observed, self.exercise,
+                                                               self.track, what=what)),
+                          (trust.SideStream, trust.side_stream(observed, what=what))):
             if why:
                 if len(self.violations) < 5 and why not in self.violations:
                     self.violations.append(why)
-                raise (trust.Delegation if "stream" not in why.split(":")[0] and
-                       "stream" not in why[:60] else trust.SideStream)(why)
+                raise kind(why)
 
 
 def _kill(proc) -> None:

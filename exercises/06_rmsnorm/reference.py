@@ -28,6 +28,15 @@ def liger(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return LigerRMSNormFunction.apply(x, w, eps, 0.0, "gemma", False)
 
 
+def block(op):
+    """Linear -> op -> Linear, as in a transformer block, every weight an argument (what the
+    torch.compile check compiles around a track's rmsnorm)."""
+    def f(x, w, w_in, w_out):
+        h = torch.nn.functional.linear(x, w_in)
+        return torch.nn.functional.linear(op(h, w, 1e-6), w_out)
+    return f
+
+
 def bench_inputs(case, dtype, device, generator):
     shape = (case["B"], case["S"], case["N"])
     x = torch.randn(shape, dtype=dtype, device=device, generator=generator)

@@ -12,16 +12,11 @@ from hypothesis import given, strategies as st
 from grader import check
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import dtypes, matrices, randn, seeds
+from grader.testing import (compiled_matches, expected_grads, opcheck_samples,
+                            skip_on_interpreter, sum_tol, value_and_grads)
 
 DTYPES = ["float32", "float16", "bfloat16"]
 EPS = 1e-6
-INTERPRETER = ("needs a GPU: Triton's CPU interpreter reads the data pointer of every tensor a "
-               "kernel gets, and {what} runs the op on FakeTensors, which have none")
-
-
-def _ops(track):
-    """The track's registered ops: torch.ops.ex06_triton or torch.ops.ex06_cuda."""
-    return getattr(torch.ops, f"ex06_{track.name}")
 
 
 def _draw_shape(data, device):
@@ -47,56 +42,29 @@ def _inputs(shape, seed, dtype, device, scale=1.0):
 
 def _grads(fn, x, w, eps, dy):
     """(y, dx, dw) of fn(x, w, eps) for the incoming gradient dy."""
-    # fresh leaves with x's own strides (clone() would make a gapped view like x[:, ::2] dense)
-    xg = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
-    xg.requires_grad_()
-    wg = w.detach().clone().requires_grad_()
-    y = fn(xg, wg, eps)
-    if not isinstance(y, torch.Tensor) or not y.requires_grad:
-        raise Mismatch("the output does not require grad although x and w do: is the autograd "
-                       "formula registered (register_autograd) and is rmsnorm() calling the op?")
-    y.backward(dy)
-    for name, t in (("x", xg), ("w", wg)):
-        if t.grad is None:
-            raise Mismatch(f"no gradient reached `{name}`: the backward must return a gradient "
-                           f"for x and for w (and None for eps)")
-    return y.detach(), xg.grad, wg.grad
+    (y,), (dx, dw) = value_and_grads(lambda a, b: fn(a, b, eps), x, w, wrt=(0, 1), dy=dy)
+    return y, dx, dw
 
 
 def _expected(ref, x, w, eps, dy):
-    return _grads(ref.reference, x.double(), w.double(), eps, dy.double())
+    (y,), (dx, dw) = expected_grads(lambda a, b: ref.reference(a, b, eps), x, w, wrt=(0, 1), dy=dy)
+    return y, dx, dw
 
 
 def _rows(shape):
     return math.prod(shape[:-1])
 
 
-def _dw_tol(exercise, dtype, rows):
-    """dw[j] = sum over rows of dy*x*rstd: M terms of size ~1 with random signs.
-
-    We accept an implementation that rounds each term to the storage dtype before the fp32 sum
-    (Hugging Face's Llama RMSNorm and Liger's default mode do: x*rstd is rounded to bf16 before
-    it meets w). Such per-term errors of relative size ~2^-9 (bf16) add up like a random walk,
-    ~sqrt(M) times one term's, so for 16-bit dtypes the absolute bound grows with sqrt(M).
-    Accumulating in bf16 itself (or bf16 atomics) rounds the running sum, ~sqrt(M) in size, at
-    every row: an error growing like M, which test_dw_over_many_rows catches. float32 keeps its
-    bound.
-    """
-    tol = dict(exercise.tolerance[str(dtype).removeprefix("torch.")])
-    if dtype in (torch.float16, torch.bfloat16):
-        tol["atol"] *= max(1.0, math.sqrt(rows))
-    return tol
-
-
 @pytest.fixture(scope="module")
 def grads_close(exercise):
-    """Compare (y, dx, dw) with the float64 expectation: dx like any output, dw as in _dw_tol."""
+    """Compare (y, dx, dw) with the float64 expectation: dx like any output; dw, a sum over the
+    rows of dy * x * rstd, with a bound that grows with the number of rows (grader.testing)."""
     def close(got, want, *, dtype, shape, **ctx):
         _, dx, dw = got
         _, dx_ref, dw_ref = want
-        check.assert_close(dx, dx_ref, tol=exercise.tolerance[str(dtype).removeprefix("torch.")],
-                           dtype=dtype, what="dx", shape=shape, **ctx)
-        check.assert_close(dw, dw_ref, tol=_dw_tol(exercise, dtype, _rows(shape)), dtype=dtype,
+        tol = exercise.tolerance[str(dtype).removeprefix("torch.")]
+        check.assert_close(dx, dx_ref, tol=tol, dtype=dtype, what="dx", shape=shape, **ctx)
+        check.assert_close(dw, dw_ref, tol=sum_tol(tol, _rows(shape), dtype), dtype=dtype,
                            what="dw (the sum over rows of dy * x * rstd)", shape=shape, **ctx)
     return close
 
@@ -212,8 +180,8 @@ def test_large_magnitudes(impl, ref, exercise, device, assert_close, dtype):
     tol["atol"] *= 1e-4
     check.assert_close(got[1], want[1], tol=tol, dtype=dtype, what="dx", shape=shape,
                        x_scale=1e4)
-    check.assert_close(got[2], want[2], tol=_dw_tol(exercise, dtype, shape[0]), dtype=dtype,
-                       what="dw", shape=shape, x_scale=1e4)
+    check.assert_close(got[2], want[2], tol=sum_tol(exercise.tolerance[str(dtype).removeprefix(
+        "torch.")], shape[0], dtype), dtype=dtype, what="dw", shape=shape, x_scale=1e4)
 
 
 @pytest.mark.parametrize("layout", ["every other column", "transposed"])
@@ -259,65 +227,32 @@ def test_opcheck(impl, track, device):
     x = randn((3, 5, 33), seed=31, dtype=torch.float32, device=device)
     w = randn(33, seed=32, dtype=torch.float32, device=device, offset=1.0)
     impl.rmsnorm(x, w, EPS)  # a stub fails here, with its own message
-    if device == "cpu" and track.name == "triton":
-        pytest.skip(INTERPRETER.format(what="opcheck"))
-    ops = _ops(track)
+    skip_on_interpreter(track, device, "opcheck")
+    ns = f"ex06_{track.name}"
+    fwd, bwd = [], []
     for dtype in (torch.float32, torch.bfloat16):
         xs, ws = x.to(dtype), w.to(dtype)
-        torch.library.opcheck(ops.rmsnorm_fwd.default,
-                              (xs.clone().requires_grad_(), ws.clone().requires_grad_(), EPS))
-        _, rstd = ops.rmsnorm_fwd(xs, ws, EPS)
+        fwd.append(((xs.clone().requires_grad_(), ws.clone().requires_grad_(), EPS), None))
+        _, rstd = impl.op(f"{ns}::rmsnorm_fwd")(xs, ws, EPS)
         dy = randn(xs.shape, seed=33, dtype=dtype, device=device)
-        torch.library.opcheck(ops.rmsnorm_bwd.default, (dy, xs, ws, rstd))
+        bwd.append(((dy, xs, ws, rstd), None))
+    opcheck_samples(impl, track, device, f"{ns}::rmsnorm_fwd", fwd)
+    opcheck_samples(impl, track, device, f"{ns}::rmsnorm_bwd", bwd)
 
 
-def _model(fn, n, device, seed):
-    """Linear -> rmsnorm -> Linear, as in a transformer block."""
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inp = torch.nn.Linear(n, n, bias=False, device=device)
-            self.out = torch.nn.Linear(n, n, bias=False, device=device)
-            self.w = torch.nn.Parameter(randn(n, seed=seed, dtype=torch.float32, device=device,
-                                              scale=0.5, offset=1.0))
-            with torch.no_grad():
-                self.inp.weight.copy_(randn((n, n), seed=seed + 1, dtype=torch.float32,
-                                            device=device, scale=n ** -0.5))
-                self.out.weight.copy_(randn((n, n), seed=seed + 2, dtype=torch.float32,
-                                            device=device, scale=n ** -0.5))
-
-        def forward(self, x):
-            return self.out(fn(self.inp(x), self.w, EPS))
-    return Block()
-
-
-def test_torch_compile_without_graph_breaks(impl, track, device):
-    """torch.compile(fullgraph=True) of a small model using the op: no graph break, same values."""
+def test_torch_compile_without_graph_breaks(impl, ref, track, device):
+    """torch.compile(fullgraph=True) of Linear -> rmsnorm -> Linear (reference.block): no graph
+    break, and values and gradients of every input as the float64 reference gives them."""
     n = 64
-    model = _model(impl.rmsnorm, n, device, seed=41)
     x = randn((2, 8, n), seed=44, dtype=torch.float32, device=device)
+    w = randn(n, seed=41, dtype=torch.float32, device=device, scale=0.5, offset=1.0)
+    w_in = randn((n, n), seed=42, dtype=torch.float32, device=device, scale=n ** -0.5)
+    w_out = randn((n, n), seed=43, dtype=torch.float32, device=device, scale=n ** -0.5)
     g = randn((2, 8, n), seed=45, dtype=torch.float32, device=device)
-
-    def run(m):
-        model.zero_grad(set_to_none=True)
-        xi = x.clone().requires_grad_()
-        y = m(xi)
-        (y * g).sum().backward()
-        return [y.detach(), xi.grad, model.w.grad, model.inp.weight.grad]
-
-    eager = run(model)  # a stub fails here, with its own message
-    if device == "cpu" and track.name == "triton":
-        pytest.skip(INTERPRETER.format(what="torch.compile"))
-    torch._dynamo.reset()
-    explanation = torch._dynamo.explain(model)(x)
-    if explanation.graph_break_count:
-        reasons = "; ".join(str(getattr(b, "reason", b)) for b in explanation.break_reasons[:3])
-        raise Mismatch(f"torch._dynamo.explain found {explanation.graph_break_count} graph "
-                       f"break(s): {reasons}. Register the op with the dispatcher (triton_op / "
-                       f"TORCH_LIBRARY), give it a fake kernel, and call it through torch.ops")
-    torch._dynamo.reset()
-    compiled = run(torch.compile(model, fullgraph=True))
-    tol = {"atol": 1e-4, "rtol": 1e-4}  # Inductor may order the Linear's sums differently
-    for what, got, want in zip(("output", "x.grad", "w.grad", "inp.weight.grad"), compiled, eager):
-        check.assert_close(got, want.double(), tol=tol, dtype=torch.float32,
-                           what=f"compiled {what} vs eager")
+    args = (x, w, w_in, w_out)
+    value_and_grads(ref.block(impl.rmsnorm), *args, wrt=(0, 1, 2, 3), dy=g)  # a stub fails here
+    outs, grads = expected_grads(ref.block(ref.reference), *args, wrt=(0, 1, 2, 3), dy=g)
+    # Inductor may order the Linear's sums differently: fp32 against float64, loosely
+    compiled_matches(impl, track, device, "rmsnorm", args, wrap="block", wrt=(0, 1, 2, 3), dy=g,
+                     expected=outs + grads, tol={"atol": 1e-4, "rtol": 1e-4},
+                     names=["compiled output", "x.grad", "w.grad", "w_in.grad", "w_out.grad"])
