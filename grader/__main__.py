@@ -1,7 +1,7 @@
 """The grader's command line: discover -> build -> check -> benchmark -> report.
 
     python -m grader grade [--exercise 02] [--impl starter|solutions | --submission PATH]
-                           [--json results.json] [--no-bench]
+                           [--json results.json] [--junit junit.xml] [--no-bench]
     python -m grader bench [--exercise 06] [--impl solutions] [--out results/bench]
     python -m grader list
 """
@@ -42,7 +42,7 @@ def _gpu_line() -> str:
 def cmd_grade(args) -> int:
     import torch
     from grader.isolate import run_track
-    from grader.report import feedback, gradescope, scorecard, write_json
+    from grader.report import feedback, gradescope, junit, scorecard, write_json
     from grader.score import score
 
     exercises = discover(only=args.exercise)
@@ -70,6 +70,11 @@ def cmd_grade(args) -> int:
         path = Path(args.json)
         write_json(path, gradescope(rows, seconds=time.perf_counter() - start, summary=table))
         print(f"\nresults.json (Gradescope format): {path}")
+    if args.junit:
+        path = Path(args.junit)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(junit(rows, seconds=time.perf_counter() - start))
+        print(f"JUnit XML: {path}")
     return 0
 
 
@@ -96,6 +101,7 @@ def main(argv=None) -> int:
         s.add_argument("--submission", help="grade a tree elsewhere, shaped like starter/")
     grade = sub.choices["grade"]
     grade.add_argument("--json", help="write Gradescope's results.json here")
+    grade.add_argument("--junit", help="write JUnit XML here (one testcase per check)")
     grade.add_argument("--no-bench", action="store_true", help="skip the performance step")
     sub.choices["bench"].add_argument("--out", default=str(ROOT / "results" / "bench"))
     sub.add_parser("list")

@@ -10,7 +10,8 @@ from grader.discover import ROOT
 
 def grade(*args, tmp_path):
     out = subprocess.run([sys.executable, "-m", "grader", "grade", *args, "--no-bench",
-                          "--json", str(tmp_path / "results.json")],
+                          "--json", str(tmp_path / "results.json"),
+                          "--junit", str(tmp_path / "junit.xml")],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr
     return out.stdout, json.loads((tmp_path / "results.json").read_text())
@@ -27,6 +28,26 @@ def test_one_exercise_scorecard_and_results_json(tmp_path):
     perf = [t for t in results["tests"] if t["name"].endswith("performance")]
     assert perf and perf[0]["score"] == 0  # --no-bench: never a figure that was not measured
     assert results["score"] == pytest.approx(sum(t["score"] for t in results["tests"]), abs=1e-2)
+
+
+def test_junit_xml_reads_in_a_junit_consumer(tmp_path):
+    """The --junit file as a CI system reads it: one testcase per check, and one for the
+    performance (skipped without a GPU timing; here --no-bench)."""
+    junitparser = pytest.importorskip("junitparser")
+    grade("--exercise", "01", "--impl", "solutions", tmp_path=tmp_path)
+    xml = junitparser.JUnitXml.fromfile(str(tmp_path / "junit.xml"))
+    suites = list(xml)
+    assert [s.name for s in suites] == ["01_vector_add.triton"]
+    cases = list(suites[0])
+    names = [c.name for c in cases]
+    assert "your kernels do the work" in names and "performance" in names
+    assert all(c.is_passed for c in cases if c.name != "performance")
+    assert suites[0].tests == len(cases) and suites[0].failures == 0
+    text, _ = grade("--exercise", "01", tmp_path=tmp_path)  # the starter: failures with messages
+    failed = [c for c in list(junitparser.JUnitXml.fromfile(str(tmp_path / "junit.xml")))[0]
+              if c.result and isinstance(c.result[0], junitparser.Failure)]
+    assert failed and all("not implemented yet" in (c.result[0].text or "") or
+                          c.name in ("your kernels do the work",) for c in failed)
 
 
 def test_starter_scorecard_has_hints_and_no_tracebacks(tmp_path):
