@@ -73,6 +73,7 @@ class Session:
         self.calls = 0
         self.ok_calls = 0
         self.dead: RunnerDied | None = None
+        self._release: list[int] = []  # graphs the judge no longer holds: freed with the next request
         ours, theirs = socket.socketpair()
         from multiprocessing.connection import Connection
         self.conn = Connection(ours.detach())
@@ -98,6 +99,8 @@ class Session:
         if self.dead is not None:
             raise self.dead
         payload["op"] = op
+        if self._release:
+            payload["release"], self._release = self._release, []
         limit = timeout_s or self.timeout_s
         try:
             seam.send(self.conn, payload)
@@ -247,6 +250,8 @@ class _RemoteFunction(torch.autograd.Function):
         meta["single"] = bool(reply.get("single"))
         outs = (result,) if meta["single"] else tuple(result)
         ctx.session, ctx.graph, ctx.what, ctx.n_in = session, reply.get("graph"), what, len(tensors)
+        if ctx.graph is not None:  # the runner keeps the graph as long as this node lives
+            weakref.finalize(ctx, session._release.append, ctx.graph)
         diff = reply.get("differentiable") or []
         nondiff = [o for o, d in zip(outs, diff) if isinstance(o, torch.Tensor) and not d]
         if nondiff:

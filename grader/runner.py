@@ -113,7 +113,7 @@ class Runner:
         self.track = self.exercise.tracks[args.track]
         self.allowed = trust.allowed_ops(self.exercise, self.track)
         self.gpu = torch.cuda.is_available()
-        self.graphs: OrderedDict = OrderedDict()  # graph id -> (leaves, outputs), newest last
+        self.graphs: OrderedDict = OrderedDict()  # graph id -> (leaves, outputs, observed)
         self.next_graph = 0
         self.impl = None
         self.triton_launches = 0
@@ -240,17 +240,20 @@ class Runner:
         if grad and any(reply["differentiable"]):
             gid = self.next_graph
             self.next_graph += 1
-            self.graphs[gid] = ([args[i] for i in grad], outs)
-            while len(self.graphs) > 32:
+            # kept until the judge's node for it is freed (it says so with its next request);
+            # a backward through a compiled model is not judged for delegation: the model
+            # around the op (Linear layers) is PyTorch's by design
+            self.graphs[gid] = ([args[i] for i in grad], outs, target[0] != "compiled")
+            while len(self.graphs) > 4096:  # a judge that never frees: bounded all the same
                 self.graphs.popitem(last=False)
             reply["graph"] = gid
         return reply
 
-    def do_backward(self, graph, grads, observe=True) -> dict:
+    def do_backward(self, graph, grads) -> dict:
         torch = self.torch
         if graph not in self.graphs:
-            raise RuntimeError("this graph was released (more than 32 graphs kept alive)")
-        leaves, outs = self.graphs[graph]
+            raise RuntimeError("this graph was released (more than 4096 graphs kept alive)")
+        leaves, outs, observe = self.graphs[graph]
         pairs = [(o, g) for o, g in zip(outs, grads)
                  if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
         work = any(l.numel() for l in leaves)

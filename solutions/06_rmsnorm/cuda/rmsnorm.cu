@@ -29,6 +29,8 @@
 
 #include <cuda_runtime.h>
 
+#include "common.cuh"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -37,15 +39,12 @@
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-// The math type: float for half, bfloat16 and float; double for double (so gradcheck can run).
-template <typename T> struct Acc { using type = float; };
-template <> struct Acc<double> { using type = double; };
-
-// VEC elements loaded or stored as one instruction: 16 bytes when VEC * sizeof(T) == 16.
-template <typename T, int VEC>
-struct alignas(sizeof(T) * VEC) Vec {
-  T v[VEC];
-};
+// From include/common.cuh (shared by every CUDA track): the math type Acc<T> (float for 16-bit
+// types and float, double for double, so gradcheck can run), Vec<T, N> (N elements moved as one
+// 16-byte access) and block_sum (a sum over the block, returned to every thread).
+using course::Acc;
+using course::Vec;
+using course::block_sum;
 
 constexpr int kMaxThreads = 512;       // per block
 // Row vectors a thread keeps in registers. Measured on an H200 at (8, 4096, 4096) bf16
@@ -56,31 +55,6 @@ constexpr int kMaxThreads = 512;       // per block
 constexpr int kFwdVecsPerThread = 1;
 constexpr int kBwdVecsPerThread = 2;
 constexpr int kBwdBlocksPerSM = 4;     // persistent backward: blocks per SM (at most)
-
-template <typename A>
-__device__ __forceinline__ A warp_sum(A v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32), returned to every thread. `shared` holds 33
-// values: one per warp, and slot 32 for the result, so that back-to-back calls never race: a
-// warp may write its slot for the next call only after the barrier that follows the reads.
-template <typename A>
-__device__ __forceinline__ A block_sum(A v, A* shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  v = warp_sum(v);
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    A t = lane < warps ? shared[lane] : A(0);
-    t = warp_sum(t);
-    if (lane == 0) shared[32] = t;
-  }
-  __syncthreads();
-  return shared[32];
-}
 
 __device__ __forceinline__ float rsqrt_(float v) { return rsqrtf(v); }
 __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }

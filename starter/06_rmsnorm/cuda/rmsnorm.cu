@@ -7,7 +7,7 @@
 // Read exercises/06_rmsnorm/README.md first; grade with `make exercise-06`. Without a GPU the
 // file is still built, and the CPU path is checked on CPU tensors.
 //
-// Given: the helpers (math type, 16-byte vectors, the block reduction from exercise 04), the
+// Given: the helpers (math type, 16-byte vectors, the block reduction), the
 // argument checks, and the registration with the dispatcher at the end (schema + one
 // implementation per backend). Yours, in this order:
 //   1. the CPU loops (rmsnorm_fwd_cpu, rmsnorm_bwd_cpu): where you get the formulas right
@@ -27,6 +27,8 @@
 
 #include <cuda_runtime.h>
 
+#include "common.cuh"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -35,43 +37,19 @@
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-// The math type: float for half, bfloat16 and float; double for double (so gradcheck can run).
-template <typename T> struct Acc { using type = float; };
-template <> struct Acc<double> { using type = double; };
-
-// VEC elements loaded or stored as one instruction: 16 bytes when VEC * sizeof(T) == 16.
-template <typename T, int VEC>
-struct alignas(sizeof(T) * VEC) Vec {
-  T v[VEC];
-};
+// From include/common.cuh (shared by every CUDA track): the math type Acc<T> (float for 16-bit
+// types and float, double for double, so gradcheck can run), Vec<T, N> (N elements moved as one
+// 16-byte access) and block_sum (a sum over the block, returned to every thread).
+using course::Acc;
+using course::Vec;
+using course::block_sum;
 
 constexpr int kMaxThreads = 512;       // per block
-constexpr int kVecsPerThread = 2;      // row vectors a thread keeps in registers
-
-template <typename A>
-__device__ __forceinline__ A warp_sum(A v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32), returned to every thread. `shared` holds 33
-// values: one per warp, and slot 32 for the result, so that back-to-back calls never race: a
-// warp may write its slot for the next call only after the barrier that follows the reads.
-template <typename A>
-__device__ __forceinline__ A block_sum(A v, A* shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  v = warp_sum(v);
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    A t = lane < warps ? shared[lane] : A(0);
-    t = warp_sum(t);
-    if (lane == 0) shared[32] = t;
-  }
-  __syncthreads();
-  return shared[32];
-}
+// Row vectors a thread keeps in registers: the forward holds x and w (one vector each measured
+// fastest on an H200), the backward also dy and the dw sums (two). Further ones are re-read.
+constexpr int kFwdVecsPerThread = 1;
+constexpr int kBwdVecsPerThread = 2;
+constexpr int kBwdBlocksPerSM = 4;     // persistent backward: blocks per SM (at most)
 
 __device__ __forceinline__ float rsqrt_(float v) { return rsqrtf(v); }
 __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
@@ -79,7 +57,7 @@ __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
 // ---------------------------------------------------------------------------------------------
 // CUDA kernels. Suggested layout: a row is nvec = N / VEC vectors (VEC = 16 / sizeof(T) when
 // every row starts 16-byte aligned, else 1); thread t owns vectors t, t + blockDim, ...; the
-// first kVecsPerThread of them stay in registers, further ones (very long rows) are read again.
+// first k{Fwd,Bwd}VecsPerThread of them stay in registers, further ones (very long rows) are read again.
 
 // One block per row: sum of squares (block_sum), rstd, then y = x * rstd * w; thread 0 stores
 // rstd[row]. TODO (about 35 lines). Use int64_t for row * N.
@@ -92,7 +70,7 @@ rmsnorm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restri
 }
 
 // Persistent: gridDim.x blocks (SMs x a few), block b takes rows b, b + gridDim.x, ...; per
-// row, one block_sum for mean(x * w * dy), then dx; dw for its columns summed in fp32 registers
+// row, one block_sum for mean(x * w * dy), then dx; dw for its columns summed in registers in the math type (float; double for double)
 // over its rows, written once at the end to its own row of dw_partial ([gridDim.x, N]): no
 // atomics. TODO (about 60 lines).
 template <typename T, int VEC>
@@ -153,10 +131,11 @@ inline bool aligned16(const T* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// Threads per block: enough that each thread keeps at most kVecsPerThread vectors of the row
-// (4096 bf16 = 512 vectors -> 256 threads), a multiple of 32, at most kMaxThreads.
-inline int threads_for(int64_t nvec) {
-  const int64_t t = (nvec + kVecsPerThread - 1) / kVecsPerThread;
+// Threads per block: enough that each thread keeps at most `per_thread` vectors of the row
+// (4096 bf16 = 512 vectors: 512 threads forward, 256 backward), a multiple of 32, at most
+// kMaxThreads.
+inline int threads_for(int64_t nvec, int per_thread) {
+  const int64_t t = (nvec + per_thread - 1) / per_thread;
   return static_cast<int>(std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, (t + 31) / 32 * 32)));
 }
 
@@ -170,7 +149,7 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm_fwd_cuda(const at::Tensor& x, const a
   // contiguous x and w; y = at::empty_like(x), rstd = empty_rstd(x); rows = numel / N (return
   // early when 0); AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, ...): launch
   // rmsnorm_fwd_kernel<scalar_t, 16 / sizeof(scalar_t)> when N is a multiple of that and the
-  // pointers are aligned16, else <scalar_t, 1>; grid = rows, block = threads_for(N / VEC), on
+  // pointers are aligned16, else <scalar_t, 1>; grid = rows, block = threads_for(N / VEC, kFwdVecsPerThread), on
   // c10::cuda::getCurrentCUDAStream(); then C10_CUDA_KERNEL_LAUNCH_CHECK().
   return {};
 }
@@ -181,7 +160,7 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm_bwd_cuda(const at::Tensor& dy, const 
   // TODO (about 30 lines): as above (check_backward; dy is often not contiguous), plus the
   // persistent grid: blocks = min(rows, SMs * min(occupancy, 4)) from
   // cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount) and
-  // cudaOccupancyMaxActiveBlocksPerMultiprocessor; partials = at::empty({blocks, N}, fp32);
+  // cudaOccupancyMaxActiveBlocksPerMultiprocessor; partials = at::empty({blocks, N}, math type: float, double for double);
   // then dw_reduce_kernel over ceil(N / 32) blocks. No rows: dw is all zeros.
   return {};
 }
