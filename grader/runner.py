@@ -125,10 +125,17 @@ class Runner:
 
     def _wrap_triton(self) -> None:
         """Count Triton launches; on the interpreter, mark its own PyTorch calls as not the
-        submission's (it copies arguments with ATen ops inside a launch)."""
+        submission's (it copies arguments with ATen ops inside a launch), and make its bf16
+        arithmetic compute on values as the GPU does (grader.interp)."""
         try:
             import triton
             if os.environ.get("TRITON_INTERPRET") == "1":
+                try:
+                    from grader.interp import install
+                except ImportError:
+                    install = None
+                if install is not None:
+                    install()
                 from triton.runtime.interpreter import GridExecutor as cls
                 name = "__call__"
             else:
