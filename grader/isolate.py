@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from grader.build import CACHE
@@ -26,48 +25,72 @@ from grader.trust import Snapshot
 
 def run_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = False,
               timeout_s: float | None = None) -> TrackResult:
-    """Check the track in one worker; then, if asked and every correctness check passed, time
-    it in a second, fresh one (so nothing the checks left behind, such as NaN-poisoned
-    allocations or torch.compile caches, touches the timings)."""
-    tree = Path(tree).resolve()
-    keep = os.environ.get("GRADER_KEEP_LOGS")
-    skip = {str(CACHE)} | ({str(Path(keep).resolve())} if keep else set())
-    roots = [ROOT, CACHE / "ceilings"] + ([] if tree.is_relative_to(ROOT) else [tree])
-    snapshot = Snapshot.take([r for r in roots if r.exists()], skip=skip)
-    result = _run_track(tree, exercise, track, bench=bench, timeout_s=timeout_s)
-    if str(result.build.get("sandbox", "")).startswith("Landlock"):
-        # the submission's process could not write anywhere in the repository: whatever changed
-        # meanwhile was someone else (an editor, a second grading run), never to be undone here
-        return result
-    changed = snapshot.restore()
-    if changed:
-        result.tampering += [f"changed {p} (restored)" for p in changed]
+    """Check the track in one worker; then, if asked, time it in a second, fresh one (so
+    nothing the checks left behind, such as NaN-poisoned allocations or torch.compile caches,
+    touches the timings)."""
+    result = check_track(tree, exercise, track, timeout_s=timeout_s)
+    if bench:
+        time_track(tree, exercise, track, result, timeout_s=timeout_s)
     return result
 
 
-def _run_track(tree, exercise, track, *, bench, timeout_s) -> TrackResult:
-    timeout_s = timeout_s or exercise.timeout_s
-    with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
+def check_track(tree, exercise, track, *, timeout_s=None) -> TrackResult:
+    tree = Path(tree).resolve()
+    with _guarded(tree) as guard, tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         events = Path(tmp) / "events.jsonl"
-        start = time.monotonic()
-        code, timed_out, log = _worker(tree, exercise, track, "checks", events, timeout_s)
+        code, timed_out, log = _worker(tree, exercise, track, "checks", events,
+                                       timeout_s or exercise.timeout_s)
         result = from_events(read_events(events), exercise=exercise.id, track=track.name,
                              tree=str(tree), returncode=code, timed_out=timed_out, log=log)
-        if not bench or exercise.benchmark is None or not result.build.get("ok") or result.ended:
-            return result
-        ran = [c for c in result.checks if c.category == "correctness" and c.outcome != "skipped"]
-        if not ran or any(c.outcome != "passed" for c in ran) or result.tampering:
-            result.performance = {"status": "not measured: every correctness check must pass first"}
-            return result
-        left = max(60.0, timeout_s - (time.monotonic() - start))
-        timings = events.with_name("bench.jsonl")
-        code, timed_out, log = _worker(tree, exercise, track, "bench", timings, left)
+        guard.result = result
+    return result
+
+
+def time_track(tree, exercise, track, result: TrackResult, *, timeout_s=None) -> None:
+    """Time a track whose build is sound, even when some checks failed: the learner sees the
+    figures (the output at the benchmark case is validated either way); points only when every
+    correctness check passed (grader.score)."""
+    if exercise.benchmark is None or not result.build.get("ok") or result.ended \
+            or result.tampering:
+        return
+    tree = Path(tree).resolve()
+    with _guarded(tree) as guard, tempfile.TemporaryDirectory(prefix="grader-") as tmp:
+        timings = Path(tmp) / "bench.jsonl"
+        code, timed_out, log = _worker(tree, exercise, track, "bench", timings,
+                                       timeout_s or exercise.timeout_s)
         timed = from_events(read_events(timings), exercise=exercise.id, track=track.name,
                             tree=str(tree), returncode=code, timed_out=timed_out, log=log)
-        result.performance = timed.performance or {
-            "status": f"not measured: the benchmark worker failed ({timed.ended or 'no result'})"}
-        result.tampering += [t for t in timed.tampering if t not in result.tampering]
-        return result
+        guard.result = result
+    result.performance = timed.performance or {
+        "status": f"not measured: the benchmark worker failed ({timed.ended or 'no result'})"}
+    result.tampering += [t for t in timed.tampering if t not in result.tampering]
+
+
+class _guarded:
+    """Snapshot the repository (and the measured ceilings) around a worker; where the
+    submission's process ran without Landlock, undo any change and report it as tampering."""
+
+    def __init__(self, tree: Path):
+        keep = os.environ.get("GRADER_KEEP_LOGS")
+        skip = {str(CACHE)} | ({str(Path(keep).resolve())} if keep else set())
+        roots = [ROOT, CACHE / "ceilings"] + ([] if tree.is_relative_to(ROOT) else [tree])
+        self.snapshot = Snapshot.take([r for r in roots if r.exists()], skip=skip)
+        self.result = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        r = self.result
+        if r is not None and str(r.build.get("sandbox", "")).startswith("Landlock"):
+            # the submission's process could not write anywhere in the repository: whatever
+            # changed meanwhile was someone else (an editor, a parallel run), never undone here
+            return False
+        changed = self.snapshot.restore()
+        if changed and r is not None:
+            r.tampering += [f"changed {p} (restored)" for p in changed if
+                            f"changed {p} (restored)" not in r.tampering]
+        return False
 
 
 def _worker(tree, exercise, track, phase, events, timeout_s):

@@ -60,7 +60,7 @@ def _perf_cell(r: TrackResult) -> str:
     if p.get("problem"):
         return "rejected"
     fwd = p["figures"].get("forward", {})
-    parts = []
+    parts = [] if r.all_correct else ["no points until every check passes"]
     if fwd.get("fraction") is not None:
         parts.append(f"{100 * fwd['fraction']:.0f}% of {p['ceiling_name']}")
     eager = (fwd.get("speedup") or {}).get("eager")

@@ -45,6 +45,12 @@ class TrackResult:
         return sum(c.category == category for c in self.checks)
 
     @property
+    def all_correct(self) -> bool:
+        """Every correctness check that ran passed (and some ran): performance may earn points."""
+        ran = [c for c in self.checks if c.category == "correctness" and c.outcome != "skipped"]
+        return bool(ran) and all(c.outcome == "passed" for c in ran)
+
+    @property
     def not_implemented(self) -> bool:
         """Every check that ran failed on a stub ('not implemented yet')."""
         ran = [c for c in self.checks if c.outcome in ("passed", "failed")]

@@ -75,6 +75,7 @@ def score(exercise: Exercise, result: TrackResult) -> Score:
         return pts[category] * result.count(category, "passed") / total
 
     perf = 0.0
-    if built and result.performance and result.performance.get("credit") is not None:
+    if built and result.all_correct and result.performance and \
+            result.performance.get("credit") is not None:
         perf = pts["performance"] * result.performance["credit"]
     return Score(share("correctness"), share("gradcheck"), perf, sum(pts.values()))

@@ -13,7 +13,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -109,6 +108,15 @@ def side_stream(observed: dict, *, what: str) -> str | None:
 
 # --- the repository stays as it was ------------------------------------------------------------
 
+def landlock_available() -> bool:
+    """Can a process here make the file system read-only for itself (grader.runner.sandbox)?"""
+    try:
+        import landlock
+        return landlock.landlock_abi_version() >= 1
+    except Exception:
+        return False
+
+
 SKIP_DIRS = {".git", ".venv", ".hypothesis", "__pycache__", ".whl", ".gl", "node_modules"}
 
 
@@ -171,9 +179,3 @@ def _rel(p: Path) -> str:
     return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
 
 
-def digest(paths) -> str:
-    h = hashlib.sha256()
-    for p in sorted(paths):
-        h.update(str(p).encode())
-        h.update(Path(p).read_bytes())
-    return h.hexdigest()
