@@ -5,6 +5,9 @@
 // include path of every CUDA track: `#include "common.cuh"`.
 //
 //   course::Acc<T>::type       the math type: float for half/bfloat16/float, double for double
+//   course::to_acc(v), from_acc<T>(a)   storage <-> math type, also under PyTorch's build flags
+//                              (-D__CUDA_NO_HALF_CONVERSIONS__ and the bf16 one turn off the
+//                              implicit conversions of __half and __nv_bfloat16)
 //   course::Vec<T, N>          N elements moved as one load/store (16 bytes: kVec16<T> elements)
 //   course::warp_sum/max       a value reduced over the 32 lanes of a warp, returned to each lane
 //   course::block_sum/max      a value reduced over the block, returned to every thread
@@ -41,6 +44,19 @@ namespace course {
 // double stays double so that torch.autograd.gradcheck, which needs float64, can run.
 template <typename T> struct Acc { using type = float; };
 template <> struct Acc<double> { using type = double; };
+
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+
+template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::type a);
+template <> __device__ __forceinline__ __half from_acc<__half>(float a) { return __float2half_rn(a); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float a) {
+  return __float2bfloat16_rn(a);
+}
+template <> __device__ __forceinline__ float from_acc<float>(float a) { return a; }
+template <> __device__ __forceinline__ double from_acc<double>(double a) { return a; }
 
 // N elements of T loaded or stored as one instruction. The alignment makes the compiler emit
 // one 16-byte access (LDG.128 / STG.128) when sizeof(T) * N == 16, the widest a thread can issue.
