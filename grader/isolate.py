@@ -20,7 +20,7 @@ from pathlib import Path
 from grader.build import CACHE
 from grader.discover import ROOT, Exercise, Track
 from grader.results import TrackResult, from_events, read_events
-from grader.trust import Snapshot
+from grader.trust import Snapshot, landlock_available
 
 
 def run_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = False,
@@ -67,24 +67,28 @@ def time_track(tree, exercise, track, result: TrackResult, *, timeout_s=None) ->
 
 
 class _guarded:
-    """Snapshot the repository (and the measured ceilings) around a worker; where the
-    submission's process ran without Landlock, undo any change and report it as tampering."""
+    """Where this machine has no Landlock, snapshot the repository (and the measured ceilings)
+    around a worker, undo any change and report it as tampering. Where it has Landlock, the
+    submission's process closes the file system to itself before any submission code runs (see
+    grader.runner), so nothing can change: no snapshot, and a change someone else makes meanwhile
+    (an editor, a parallel run) is never undone or blamed on the submission."""
 
     def __init__(self, tree: Path):
+        self.result = None
+        self.snapshot = None
+        if landlock_available():
+            return
         keep = os.environ.get("GRADER_KEEP_LOGS")
         skip = {str(CACHE)} | ({str(Path(keep).resolve())} if keep else set())
         roots = [ROOT, CACHE / "ceilings"] + ([] if tree.is_relative_to(ROOT) else [tree])
         self.snapshot = Snapshot.take([r for r in roots if r.exists()], skip=skip)
-        self.result = None
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         r = self.result
-        if r is not None and str(r.build.get("sandbox", "")).startswith("Landlock"):
-            # the submission's process could not write anywhere in the repository: whatever
-            # changed meanwhile was someone else (an editor, a parallel run), never undone here
+        if self.snapshot is None:
             return False
         changed = self.snapshot.restore()
         if changed and r is not None:
