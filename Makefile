@@ -1,5 +1,5 @@
 # make grade                  scorecard for starter/ (IMPL=solutions, or SUBMISSION=path/to/tree)
-# make exercise-02            grade one exercise, every failure in full
+# make exercise-02            grade one exercise, every failure in full (SANITIZE=memcheck|racecheck|...)
 # make bench                  side-by-side benchmark of solutions/ vs baselines (needs a GPU)
 # make test                   the project's own tests
 SHELL := /bin/bash
@@ -25,7 +25,7 @@ TREE := $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(IMPL))
 
 .PHONY: grade bench test list clean help
 help:
-	@sed -n '1,5p' Makefile | sed 's/^# //'
+	@sed -n '1,4p' Makefile | sed 's/^# //'
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -36,7 +36,7 @@ grade: $(SETUP)
 	$(PY) -m grader grade $(TREE) --json $(RESULTS)
 
 exercise-%: $(SETUP)
-	$(PY) -m grader grade --exercise $* $(TREE)
+	$(if $(SANITIZE),GRADER_SANITIZE=$(SANITIZE) GRADER_SMALL=1 GRADER_CHECK_TIMEOUT=900 )$(PY) -m grader grade --exercise $* $(TREE) $(if $(SANITIZE),--no-bench)
 
 bench: $(SETUP)
 	$(PY) -m grader bench $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(BENCH_IMPL)) --out $(BENCH_OUT)

@@ -208,6 +208,13 @@ def _record_trust(s) -> None:
                message="no call of the op completed: nothing to judge", not_implemented=True)
     if s.attempts:
         record(event="tampering", paths=s.attempts)
+    if s.sanitizer is not None:
+        from grader.proxy import sanitizer_findings
+        s.close()
+        log = s.log_path.read_text(errors="replace") if s.log_path.exists() else ""
+        record(event="sanitizer", tool=os.environ.get("GRADER_SANITIZE"),
+               unavailable=s.sanitizer if isinstance(s.sanitizer, str) else None,
+               findings=sanitizer_findings(log))
 
 
 # --- fixtures ----------------------------------------------------------------------------------

@@ -82,6 +82,12 @@ class Session:
                "--exercise", exercise.id, "--track", track.name, "--scratch", self.scratch]
         for p in [ROOT, *protect]:
             cmd += ["--protect", str(p)]
+        tool = os.environ.get("GRADER_SANITIZE")  # memcheck, racecheck, initcheck, synccheck
+        self.sanitizer = None
+        if tool:
+            self.sanitizer = sanitizer_command(tool)
+            if isinstance(self.sanitizer, list):
+                cmd = self.sanitizer + cmd
         env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_EVENTS")}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "")
                                                             .split(os.pathsep) if p])
@@ -155,6 +161,33 @@ class Session:
                 if len(self.violations) < 5 and why not in self.violations:
                     self.violations.append(why)
                 raise kind(why)
+
+
+def sanitizer_command(tool: str):
+    """compute-sanitizer's command line for `tool`, or a one-line reason it cannot run here."""
+    import shutil
+    if tool not in ("memcheck", "racecheck", "initcheck", "synccheck"):
+        return (f"SANITIZE={tool}: not a compute-sanitizer tool (memcheck, racecheck, initcheck, "
+                f"synccheck)")
+    home = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda")
+    exe = shutil.which("compute-sanitizer") or (
+        str(home / "bin" / "compute-sanitizer") if (home / "bin" / "compute-sanitizer").exists()
+        else None)
+    if exe is None:
+        return "compute-sanitizer is not installed here (it ships with the CUDA toolkit)"
+    if not torch.cuda.is_available():
+        return "compute-sanitizer needs a GPU: there is none here"
+    return [exe, "--tool", tool, "--print-limit", "10", "--show-backtrace", "no"]
+
+
+def sanitizer_findings(log: str, limit: int = 12) -> list[str]:
+    """compute-sanitizer's reports in the runner's output: the error lines and where (with
+    -lineinfo, the learner's file:line)."""
+    lines = [l.removeprefix("========= ").rstrip() for l in log.splitlines()
+             if l.startswith("=========") and l.strip("= ").strip()]
+    keep = [l for l in lines if not l.startswith(("COMPUTE-SANITIZER", "Program hit",
+                                                  "Saved host backtrace", "Host Frame"))]
+    return keep[:limit]
 
 
 def _kill(proc) -> None:

@@ -121,6 +121,15 @@ def feedback(ex: Exercise, r: TrackResult, *, full: bool = False) -> str:
         out.append(f"  FAIL {c.name}{where}\n{_indent(msg, 6)}")
     if len(failed) > len(shown):
         out.append("  also failed: " + ", ".join(c.name for c in failed[len(shown):]))
+    if r.sanitizer:
+        z = r.sanitizer
+        if z.get("unavailable"):
+            out.append(f"{head}: SANITIZE={z.get('tool')}: {z['unavailable']}")
+        elif z.get("findings"):
+            out.append(f"{head}: compute-sanitizer {z.get('tool')} found:\n" +
+                       _indent("\n".join(z["findings"])))
+        else:
+            out.append(f"{head}: compute-sanitizer {z.get('tool')}: no errors in the checks that ran")
     p = r.performance
     if p and p.get("status") in ("measured", "rejected"):
         text = performance_text(p) if full else performance_line(p)

@@ -37,6 +37,7 @@ class TrackResult:
     log_tail: str = ""
     tampering: list = field(default_factory=list)  # repository files the submission changed
                                                    # or tried to write
+    sanitizer: dict | None = None  # SANITIZE=tool: {"tool", "findings" or "unavailable"}
 
     def count(self, category: str, outcome: str) -> int:
         return sum(c.category == category and c.outcome == outcome for c in self.checks)
@@ -157,6 +158,8 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
         elif kind == "ended":
             ended = e.get("reason", "")
             log = e.get("log", "") or log
+        elif kind == "sanitizer":
+            result.sanitizer = {k: v for k, v in e.items() if k != "event"}
         elif kind == "tampering":
             result.tampering += [p for p in e.get("paths", []) if p not in result.tampering]
         elif kind == "performance":
