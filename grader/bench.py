@@ -68,8 +68,9 @@ def bench_exercise(tree: Path, exercise, record) -> None:
         "graded": graded, "load_errors": errors})
 
 
-def bench_command(exercises, tree: Path, out_dir: Path) -> int:
-    """Each exercise's sweep in a worker of its own, under its time limit; then the reports."""
+def bench_command(exercises, tree: Path, out_dir: Path, timeout_s: float | None = None) -> int:
+    """Each exercise's sweep in a worker of its own, under its time limit (the exercise's, or
+    `timeout_s`); then the reports."""
     import tempfile
     import torch
     from grader.isolate import _worker
@@ -87,7 +88,8 @@ def bench_command(exercises, tree: Path, out_dir: Path) -> int:
         track = next(iter(ex.tracks.values()))
         with tempfile.TemporaryDirectory(prefix="grader-bench-") as tmp:
             events = Path(tmp) / "bench.jsonl"
-            code, timed_out, log = _worker(tree, ex, track, "sweep", events, ex.timeout_s)
+            code, timed_out, log = _worker(tree, ex, track, "sweep", events,
+                                           timeout_s or ex.timeout_s)
             found = [e["result"] for e in read_events(events) if e.get("event") == "bench"]
         if found:
             results.append(found[0])

@@ -143,6 +143,22 @@ def test_hung_kernel_times_out(variant, monkeypatch):
     assert any(c.outcome == "crashed" for c in r.checks)
 
 
+@pytest.mark.gpu
+def test_bench_kills_a_hung_worker(variant, tmp_path):
+    """make bench: an exercise whose worker hangs is stopped at its limit, reported, and the
+    report is still written."""
+    import json
+    import time
+    from grader.bench import bench_command
+    tree = variant("01_vector_add", "triton", {"vector_add.py": [
+        ("import torch\n", "import time\ntime.sleep(600)\nimport torch\n")]})
+    start = time.monotonic()
+    assert bench_command([EX01], tree, tmp_path, timeout_s=40) == 0
+    assert time.monotonic() - start < 150
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert "timed out" in data["exercises"][0]["error"], data["exercises"][0]
+
+
 def test_timing_phase_runs_in_its_own_worker():
     r = grade01(ROOT / "solutions", bench=True)
     assert not r.ended and r.count("correctness", "passed") == r.total("correctness")
