@@ -72,6 +72,7 @@ class Session:
         self.attempts: list[str] = []     # writes into the repository the runner tried
         self.calls = 0
         self.ok_calls = 0
+        self.stub_seen = False  # a check failed on "not implemented yet"
         self.dead: RunnerDied | None = None
         self._release: list[int] = []  # graphs the judge no longer holds: freed with the next request
         ours, theirs = socket.socketpair()
