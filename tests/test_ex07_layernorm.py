@@ -1,0 +1,152 @@
+"""Known-bad submissions of exercise 07 (layernorm): each is caught by the check meant for it,
+with the message that names the fix.
+
+The bad trees are the solution with a small text edit (conftest.variant), so they stay in step
+with it. Only the checks that matter run (pytest -k), in a subprocess: each variant is a fresh
+tree and is built from scratch (two sources, ~2-3 min on 2 cores, ~20 s on a GPU host). The
+variants that edit the C++ CPU loops run anywhere; those that edit the CUDA kernels need a GPU.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+EX = "07_layernorm"
+CPP = "layernorm.cpp"
+CU = "layernorm_kernels.cu"
+
+
+def run_checks(tree, select: str, timeout: int = 1200) -> tuple[int, str]:
+    """Run the exercise's checks selected by `select` (pytest -k) against `tree`."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CI": "1", "MAX_JOBS": os.environ.get("MAX_JOBS", "2")}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "grader.plugin", str(ROOT / "exercises" / EX),
+         "--tree", str(tree), "-q", "-p", "no:cacheprovider", "-k", select],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return out.returncode, out.stdout + out.stderr
+
+
+def failed(output: str) -> set[str]:
+    """The failed checks' ids, e.g. {'test_large_offsets[cpu-(7, 300)]'}."""
+    return set(re.findall(r"^FAILED \S+::(\S+(?:\[[^\]]*\])?)", output, re.M))
+
+
+# --- the C++ CPU loops (run anywhere) ----------------------------------------------------------
+
+ONE_PASS_CPU = (
+    "    const Stats<A> st = row_stats<A>(xr, N);\n",
+    "    A s = 0, ss = 0;  // one pass: var = E[x^2] - E[x]^2\n"
+    "    for (int64_t j = 0; j < N; ++j) {\n"
+    "      const A v = static_cast<A>(xr[j]);\n"
+    "      s += v;\n"
+    "      ss += v * v;\n"
+    "    }\n"
+    "    const Stats<A> st{static_cast<A>(N), s / N, ss - s * s / N};\n")
+
+
+def test_one_pass_variance_cpu(variant):
+    """var = E[x²] - E[x]² in float32: fine on N(0, 1) data, lost at mean 1e4."""
+    tree = variant(EX, "cuda", {CPP: [ONE_PASS_CPU]})
+    code, out = run_checks(tree, "large_offsets or forward_matches")
+    bad = failed(out)
+    assert code != 0 and any(t.startswith("test_large_offsets[cpu") for t in bad), out[-3000:]
+    assert "E[x^2] - E[x]^2 subtracts two numbers of size 1e8" in out, out[-3000:]
+    assert not any(t.startswith("test_forward_matches_reference") for t in bad), bad
+
+
+BF16_SUMS_CPU = ("  std::vector<A> dw_acc(N, A(0)), db_acc(N, A(0));",
+                 "  std::vector<T> dw_acc(N, T(0)), db_acc(N, T(0));  // running sums in T")
+
+
+def test_dw_db_accumulated_in_bf16_cpu(variant):
+    """dw and db summed in the storage dtype: bf16 running sums stall after a few hundred rows."""
+    tree = variant(EX, "cuda", {CPP: [BF16_SUMS_CPU]})
+    code, out = run_checks(tree, "dw_db_over_many_rows")
+    assert code != 0 and "test_dw_db_over_many_rows[cpu]" in failed(out), out[-3000:]
+    assert "sum them in float32" in out, out[-3000:]
+
+
+# --- the CUDA kernels (GPU only) ---------------------------------------------------------------
+
+ONE_PASS_CU = (
+    "    st = block_welford(st, shared);\n"
+    "    const A mean = st.mean;\n"
+    "    const A rstd = rsqrt_(st.m2 / static_cast<A>(N) + eps);  // biased variance: M2 / N\n",
+    "    A s_ = 0, ss_ = 0;  // one pass: var = E[x^2] - E[x]^2\n"
+    "    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {\n"
+    "      const V v = xr[i];\n"
+    "      for (int j = 0; j < VEC; ++j) {\n"
+    "        const A a = to_math(v.v[j]);\n"
+    "        s_ += a;\n"
+    "        ss_ += a * a;\n"
+    "      }\n"
+    "    }\n"
+    "    __shared__ A sh_[2][33];\n"
+    "    block_sum2(s_, ss_, sh_);\n"
+    "    const A mean = s_ / static_cast<A>(N);\n"
+    "    const A rstd = rsqrt_(ss_ / static_cast<A>(N) - mean * mean + eps);\n")
+
+
+@pytest.mark.gpu
+def test_one_pass_variance_cuda(variant):
+    tree = variant(EX, "cuda", {CU: [ONE_PASS_CU]})
+    code, out = run_checks(tree, "large_offsets")
+    bad = failed(out)
+    assert code != 0 and any(t.startswith("test_large_offsets[cuda") for t in bad), out[-3000:]
+    assert not any(t.startswith("test_large_offsets[cpu") for t in bad), bad
+    assert "E[x^2] - E[x]^2 subtracts two numbers of size 1e8" in out, out[-3000:]
+
+
+BF16_SUMS_CU = [
+    ("  A dwc[K][VEC];   // dw, db of the cached columns, summed over this block's rows\n"
+     "  A dbc[K][VEC];\n",
+     "  T dwc[K][VEC];   // running sums in T\n"
+     "  T dbc[K][VEC];\n"),
+    ("for (int j = 0; j < VEC; ++j) dwc[k][j] = dbc[k][j] = 0;",
+     "for (int j = 0; j < VEC; ++j) dwc[k][j] = dbc[k][j] = from_math<T>(A(0));"),
+    ("            dwc[k][j] += d * xh;\n            dbc[k][j] += d;\n",
+     "            dwc[k][j] = from_math<T>(to_math(dwc[k][j]) + d * xh);\n"
+     "            dbc[k][j] = from_math<T>(to_math(dbc[k][j]) + d);\n"),
+    ("          pw[i * VEC + j] = dwc[k][j];\n          pb[i * VEC + j] = dbc[k][j];\n",
+     "          pw[i * VEC + j] = to_math(dwc[k][j]);\n"
+     "          pb[i * VEC + j] = to_math(dbc[k][j]);\n"),
+]
+
+
+@pytest.mark.gpu
+def test_dw_db_accumulated_in_bf16_cuda(variant):
+    tree = variant(EX, "cuda", {CU: BF16_SUMS_CU})
+    code, out = run_checks(tree, "dw_db_over_many_rows")
+    assert code != 0 and "test_dw_db_over_many_rows[cuda]" in failed(out), out[-3000:]
+    assert "sum them in float32" in out, out[-3000:]
+
+
+@pytest.mark.gpu
+def test_missing_syncthreads(variant):
+    """block_sum2 without its second barrier: threads read the result slot before warp 0 has
+    written it (they get the previous row's sums)."""
+    tree = variant(EX, "cuda", {CU: [("  __syncthreads();\n  a = shared[0][32];",
+                                      "  a = shared[0][32];")]})
+    code, out = run_checks(tree, "backward_matches or rows_longer")
+    bad = failed(out)
+    assert code != 0 and any("[cuda" in t for t in bad), out[-3000:]
+    assert "dx: " in out, out[-3000:]
+
+
+@pytest.mark.gpu
+def test_wrong_row_stride(variant):
+    """Rows assumed N apart: a view x[:, :N] of a wider matrix is read from the wrong places."""
+    tree = variant(EX, "cuda", {CU: [("reinterpret_cast<const V*>(x + r * ldx);  // int64",
+                                      "reinterpret_cast<const V*>(x + r * N);  // int64"),
+                                     ("    const V* xr = reinterpret_cast<const V*>(x + row * ldx);\n"
+                                      "    V* yr",
+                                      "    const V* xr = reinterpret_cast<const V*>(x + row * N);\n"
+                                      "    V* yr")]})
+    code, out = run_checks(tree, "strided")
+    bad = failed(out)
+    assert "test_strided_x_handled_or_refused[cuda-row stride > N]" in bad, out[-3000:]
+    assert "the row index or the row stride" in out, out[-3000:]
