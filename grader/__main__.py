@@ -2,6 +2,8 @@
 
     python -m grader grade [--exercise 02] [--impl starter|solutions | --submission PATH]
                            [--json results.json] [--junit junit.xml] [--no-bench]
+                           [--build jit|aot]
+    python -m grader batch SUBMISSIONS_DIR --out DIR [--exercise 01] [--no-bench] [--force]
     python -m grader bench [--exercise 06] [--impl solutions] [--out results/bench]
     python -m grader list
 """
@@ -59,13 +61,15 @@ def cmd_grade(args) -> int:
 
     exercises = discover(only=args.exercise)
     tree = _tree(args)
+    if args.build:  # read by grader.loader in the submission's process (the environment is passed on)
+        os.environ["GRADER_BUILD"] = args.build
     bench = not args.no_bench and torch.cuda.is_available()
     start = time.perf_counter()
     pairs = [(ex, t) for ex in exercises for t in ex.tracks.values()]
     results = {}
     # the checks of different tracks run side by side (the GPU is shared fine for checks) ...
     with ThreadPoolExecutor(_jobs(args, len(pairs))) as pool:
-        todo = {pool.submit(check_track, tree, ex, t): (ex, t) for ex, t in pairs}
+        todo = {pool.submit(_check, tree, ex, t): (ex, t) for ex, t in pairs}
         for done in as_completed(todo):
             ex, t = todo[done]
             r = results[(ex.id, t.name)] = done.result()
@@ -102,6 +106,38 @@ def cmd_grade(args) -> int:
     return 0
 
 
+def _check(tree, ex, t):
+    from grader.isolate import check_track
+    _build_ahead(tree, ex, t)
+    return check_track(tree, ex, t)
+
+
+def _build_ahead(tree, ex, t) -> None:
+    """With GRADER_BUILD=aot, build the track's library here, before its checks: the
+    submission's process then only loads the binary (it may not write the AOT folder). A
+    failed build is recorded beside it, and that process reports it as the track's build
+    failure."""
+    from grader.loader import build_mode
+    if not t.sources or build_mode() != "aot":
+        return
+    from grader.build import BuildError, aot_dir, build_aot
+    try:
+        m = build_aot(tree, ex, t)
+    except BuildError:
+        print(f"built ahead of time {ex.id} [{t.name}]: failed (see the scorecard)", flush=True)
+        return
+    where = aot_dir(tree, ex, t) / m["library"]
+    where = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
+    state = f"built in {m['seconds']:.0f} s" if m.get("fresh") else "up to date"
+    print(f"built ahead of time {ex.id} [{t.name}]: {where} ({state}, torch {m['torch']}, "
+          f"TORCH_CUDA_ARCH_LIST={m['arch_list']})", flush=True)
+
+
+def cmd_batch(args) -> int:
+    from grader.batch import batch_command
+    return batch_command(args)
+
+
 def cmd_bench(args) -> int:
     from grader.bench import bench_command
     return bench_command(discover(only=args.exercise), _tree(args), Path(args.out))
@@ -129,11 +165,27 @@ def main(argv=None) -> int:
     grade.add_argument("--no-bench", action="store_true", help="skip the performance step")
     grade.add_argument("--jobs", type=int, default=0,
                        help="tracks checked at once (default: a quarter of the cores)")
+    grade.add_argument("--build", choices=["jit", "aot"], default=None,
+                       help="jit: torch.utils.cpp_extension.load (default); aot: a setup.py "
+                            "build into .cache/aot/, loaded as a shipped binary")
+    batch = sub.add_parser("batch", help="grade every submission in a folder (a class)")
+    batch.add_argument("submissions", help="a folder of submissions: trees shaped like "
+                                           "starter/, or .zip files of one")
+    batch.add_argument("--out", required=True, help="per submission results.json and "
+                                                   "junit.xml, and summary.csv")
+    batch.add_argument("--exercise", help="one exercise, by number (01) or folder name")
+    batch.add_argument("--no-bench", action="store_true", help="skip the performance step")
+    batch.add_argument("--force", action="store_true",
+                       help="grade again submissions that already have a results.json")
+    batch.add_argument("--workers", type=int, default=0,
+                       help="submissions graded at once (default: one per GPU; one without)")
+    batch.add_argument("--build", choices=["jit", "aot"], default=None)
     sub.choices["bench"].add_argument("--out", default=str(ROOT / "results" / "bench"))
     sub.add_parser("list")
     args = p.parse_args(argv)
     try:
-        return {"grade": cmd_grade, "bench": cmd_bench, "list": cmd_list}[args.command](args)
+        return {"grade": cmd_grade, "bench": cmd_bench, "batch": cmd_batch,
+                "list": cmd_list}[args.command](args)
     except SpecError as e:
         print(f"grader: bad exercise spec: {e}", file=sys.stderr)
         return 2

@@ -343,6 +343,18 @@ class RemoteImpl:
         if not reply.get("ok"):
             _raise(reply.get("error") or {})
 
+    def run(self, procedure: str, *args):
+        """reference.<procedure>(impl, *args), run beside the submission (see runner.do_run);
+        returns its data, tensors copied into this process."""
+        sent, _ = _send_args(args)
+        if any(isinstance(t, torch.Tensor) and t.is_cuda for t in seam.tensors_in(sent)):
+            torch.cuda.synchronize()
+        reply = self._session.request("run", name=procedure, args=sent)
+        if not reply.get("ok"):
+            _raise(reply.get("error") or {})
+        return seam.tree_map(lambda v: _receive(v) if isinstance(v, torch.Tensor) else v,
+                             reply["value"])
+
     def compiled(self, entry: str, *args, wrap: str | None = None):
         return remote_call(self._session, ("compiled", entry, wrap), args,
                            what=f"torch.compile of {entry}()")

@@ -221,7 +221,23 @@ def gradescope(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: floa
             tests.append({"name": f"{label} tampering", "score": 0, "max_score": 0,
                           "status": "failed", "output": "\n".join(r.tampering)})
     return {"score": round(sum(s.total for _, _, s in rows), 4),
-            "execution_time": round(seconds, 1), "output": summary, "tests": tests}
+            "execution_time": round(seconds, 1), "output": summary, "tests": tests,
+            "extra_data": {"tracks": [track_summary(ex, r, s) for ex, r, s in rows]}}
+
+
+def track_summary(ex: Exercise, r: TrackResult, s: Score) -> dict:
+    """One track in a line (results.json's extra_data, which Gradescope keeps and does not
+    show): points and the flags `grader batch` puts in a class summary."""
+    figures = (r.performance or {}).get("figures") or {}
+    return {"exercise": ex.id, "track": r.track, "points": round(s.total, 4),
+            "max_points": s.max_points, "built": bool(r.build.get("ok")),
+            "tampering": bool(r.tampering),
+            # the op ran and PyTorch (or a library) did its work; a stub whose every call
+            # raised fails that check too, with nothing to judge: not delegation
+            "delegation": any(c.name == "your kernels do the work" and c.outcome == "failed"
+                              and "nothing to judge" not in c.message for c in r.checks),
+            "host_bound": any(f.get("host_bound") for f in figures.values()),
+            "ended": r.ended or ""}
 
 
 def junit(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: float) -> str:

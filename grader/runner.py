@@ -230,8 +230,9 @@ class Runner:
             args[i] = args[i].detach().requires_grad_(True)
         ins = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         work = any(a.numel() for _, a in ins)
-        observed, out = self._observed(lambda: fn(*args, **kwargs), observe and target[0] != "compiled",
-                                       work)
+        on_gpu = any(a.is_cuda for _, a in ins)
+        observed, out = self._observed(lambda: fn(*args, **kwargs),
+                                       observe and target[0] != "compiled", work, on_gpu)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         reply = {"single": not isinstance(out, (tuple, list)), "observed": observed}
         if not all(isinstance(o, torch.Tensor) or o is None for o in outs):
@@ -264,10 +265,11 @@ class Runner:
         pairs = [(o, g) for o, g in zip(outs, grads)
                  if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
         work = any(l.numel() for l in leaves)
+        on_gpu = any(l.is_cuda for l in leaves)
         observed, res = self._observed(
             lambda: torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs],
                                         retain_graph=True, allow_unused=True),
-            observe, work)
+            observe, work, on_gpu)
         return {"grads": tuple(g.detach() if g is not None else None for g in res),
                 "observed": observed}
 
@@ -334,11 +336,22 @@ class Runner:
         results, self.results, self.staged = self.results, None, None
         return {"outs": results}
 
+    def do_run(self, name, args) -> dict:
+        """A trusted procedure of the exercise's reference.py, given the track's entry points:
+        for what cannot cross the seam (an nn.Module to build, move and train). It returns data
+        and tensors; the checks judge them."""
+        value = getattr(self.impl._reference, name)(self.impl, *args)
+        if self.gpu:
+            self.torch.cuda.synchronize()
+        detach = lambda v: v.detach() if isinstance(v, self.torch.Tensor) else v
+        from grader.seam import tree_map
+        return {"value": tree_map(detach, value)}
+
     def do_opcheck(self, qualname, args, kwargs) -> dict:
         self.impl.opcheck(qualname, args, kwargs)
         return {}
 
-    def _observed(self, fn, observe: bool, work: bool):
+    def _observed(self, fn, observe: bool, work: bool, on_gpu: bool):
         """Run fn; with `observe`, under torch.profiler, and return the evidence."""
         torch = self.torch
         if not observe:
@@ -356,7 +369,9 @@ class Runner:
             if self.gpu:
                 torch.cuda.synchronize()  # every kernel, side streams too, into the trace
         observed = analyse(prof.events(), self.allowed)
-        observed.update(triton=self.triton_launches - launches, gpu=self.gpu, work=work)
+        # gpu: the call's tensors are on the GPU, so its work must show as kernels there (a CUDA
+        # track's C++ CPU path on a GPU machine launches none, rightly)
+        observed.update(triton=self.triton_launches - launches, gpu=on_gpu, work=work)
         return observed, out
 
 

@@ -39,6 +39,7 @@ _ALLOWED = {
     ("torch.nn.parameter", "Parameter"),
     ("torch._utils", "_rebuild_tensor"), ("torch._utils", "_rebuild_tensor_v2"),
     ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"),
+    ("torch.multiprocessing.reductions", "rebuild_meta_tensor"),
     ("torch.multiprocessing.reductions", "rebuild_tensor"),
     ("torch.multiprocessing.reductions", "rebuild_storage_filename"),
     ("torch.multiprocessing.reductions", "rebuild_storage_empty"),
@@ -117,11 +118,16 @@ def transfer_copy(t: torch.Tensor) -> torch.Tensor:
     x[1:] reaches the runner as that same kind of view, so strided and misaligned checks still
     test what they mean to), in memory that is then shared with the runner."""
     t = t.detach()
-    extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
+    if t.device.type == "meta":  # a shape without data
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    if t.numel() == 0:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
     buf = torch.empty(t.storage_offset() + extent, dtype=t.dtype, device=t.device)
-    out = buf.as_strided(t.shape, t.stride(), t.storage_offset())
-    out.copy_(t)
-    return out
+    # the storage span the view covers, copied as it lies: also right for views whose elements
+    # share memory (an expanded gradient, stride 0)
+    buf[t.storage_offset():].copy_(t.as_strided((extent,), (1,), t.storage_offset()))
+    return buf.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
 def tree_map(fn, v):

@@ -13,7 +13,6 @@ import math
 import pytest
 import torch
 from hypothesis import given, strategies as st
-from torch import nn
 
 from grader.check import Mismatch, assert_close as compare, call_checked, expect_refusal, names_argument
 from grader.strategies import dtypes, matrices, randn, seeds
@@ -210,65 +209,59 @@ def test_gradcheck(impl, device, shape, scale):
 # --- the nn.Module -----------------------------------------------------------------------------
 
 def test_module_holds_bias_as_parameter(impl, device, assert_close, ref):
-    m = impl.BiasReLU(24, scale=1.5)
-    params = dict(m.named_parameters())
-    if not isinstance(params.get("bias"), nn.Parameter) or tuple(m.bias.shape) != (24,):
+    """BiasReLU is an nn.Module holding its bias as a Parameter (built where the track runs:
+    reference.module_report)."""
+    bias = randn(24, seed=3, dtype=torch.float32, device="cpu")
+    x = randn((5, 24), seed=4, dtype=torch.float32, device="cpu")
+    rep = impl.run("module_report", device, bias, x)
+    if not rep["bias_is_parameter"] or rep["bias_shape"] != (24,):
         raise Mismatch(f"BiasReLU(24, scale=1.5) must hold its bias as nn.Parameter of shape (24,) "
                        f"named `bias` (self.bias = nn.Parameter(torch.zeros(features))), so that "
                        f"optimizers, state_dict and .to() see it; parameters found: "
-                       f"{ {k: tuple(v.shape) for k, v in params.items()} }")
-    if not isinstance(m.scale, float) or m.scale != 1.5:
-        raise Mismatch(f"BiasReLU(24, scale=1.5).scale must be the float 1.5, got {m.scale!r}")
-    if "bias" not in m.state_dict():
+                       f"{rep['params']}")
+    if not rep["scale_is_float_1_5"]:
+        raise Mismatch(f"BiasReLU(24, scale=1.5).scale must be the float 1.5, got {rep['scale']}")
+    if "bias" not in rep["state_dict_keys"]:
         raise Mismatch("state_dict() has no `bias`: register it as an nn.Parameter")
-    with torch.no_grad():
-        m.bias.copy_(randn(24, seed=3, dtype=torch.float32, device="cpu"))
-    twin = impl.BiasReLU(24, scale=1.5)
-    twin.load_state_dict(m.state_dict())
-    m.to(device)
-    twin.to(device)
-    if not isinstance(m.bias, nn.Parameter) or m.bias.device.type != device:
-        raise Mismatch(f"after .to({device!r}) the bias is {type(m.bias).__name__} on "
-                       f"{m.bias.device}: keep it an nn.Parameter so that .to() moves it")
-    x = randn((5, 24), seed=4, dtype=torch.float32, device=device)
-    expected = ref.reference(x.double(), m.bias.detach().double(), 1.5)
-    assert_close(m(x), expected, dtype=torch.float32, what="BiasReLU(x)")
-    assert_close(twin(x), expected, dtype=torch.float32, what="BiasReLU(x) after load_state_dict")
-    m.double()
-    assert_close(m(x.double()), expected, dtype=torch.float64, what="BiasReLU.double()(x)")
+    after = rep["after_to"]
+    if not after["is_parameter"] or after["device"] != device:
+        raise Mismatch(f"after .to({device!r}) the bias is {after['type']} on {after['device']}: "
+                       f"keep it an nn.Parameter so that .to() moves it")
+    expected = ref.reference(x.to(device).double(), bias.to(device).double(), 1.5)
+    assert_close(rep["y"], expected, dtype=torch.float32, what="BiasReLU(x)")
+    assert_close(rep["y_twin"], expected, dtype=torch.float32,
+                 what="BiasReLU(x) after load_state_dict")
+    assert_close(rep["y64"], expected, dtype=torch.float64, what="BiasReLU.double()(x)")
 
 
 def test_module_in_sequential_trains_its_bias(impl, device, ref):
-    """nn.Linear -> BiasReLU in nn.Sequential, built on the CPU and moved with .to(device).
-    Small integers everywhere make every product and sum exact in float32 (and in TF32), and
-    put every z at least 0.25 from the kink, so the gradients can be checked exactly."""
+    """nn.Linear -> BiasReLU in nn.Sequential, built on the CPU and moved with .to(device)
+    (reference.sequential_report). Small integers everywhere make every product and sum exact in
+    float32 (and in TF32), and put every z at least 0.25 from the kink, so the gradients can be
+    checked exactly."""
     B, K, N, scale = 16, 12, 24, 0.5
     g = torch.Generator().manual_seed(5)
     ints = lambda *shape: torch.randint(-2, 3, shape, generator=g).float()
-    model = nn.Sequential(nn.Linear(K, N), impl.BiasReLU(N, scale=scale))
     w, b_lin, x, grad_y = ints(N, K), ints(N), ints(B, K), ints(B, N) + 0.5
     bias = ints(N) * 0.5 + 0.25  # h * scale is a multiple of 0.5, so |z| >= 0.25
-    with torch.no_grad():
-        model[0].weight.copy_(w)
-        model[0].bias.copy_(b_lin)
-        model[1].bias.copy_(bias)
-    model.to(device)
-    out = differentiable(model(x.to(device)), "nn.Sequential(nn.Linear, BiasReLU)(x)")
-    out.backward(grad_y.to(device))
+    rep = impl.run("sequential_report", device, w, b_lin, bias, x, grad_y, scale)
+    if not rep["requires_grad"]:
+        raise Mismatch("nn.Sequential(nn.Linear, BiasReLU)(x) does not require grad: is the "
+                       "output made by BiasReLUFunction.apply?")
     # the same network, in float64 with the reference
     w64, bl64, bias64 = (t.double().requires_grad_(True) for t in (w, b_lin, bias))
     out64 = ref.reference(x.double() @ w64.T + bl64, bias64, scale)
     out64.backward(grad_y.double())
     exact = {"atol": 1e-6, "rtol": 1e-6}
-    compare(out, out64.detach().to(device), tol=exact, what="model(x)")
-    if model[1].bias.grad is None:
+    compare(rep["out"], out64.detach().to(device), tol=exact, what="model(x)")
+    if rep["bias_grad"] is None:
         raise Mismatch("the BiasReLU bias got no gradient inside nn.Sequential: is the output "
                        "made by BiasReLUFunction.apply, and does backward return grad_bias?")
-    compare(model[1].bias.grad, bias64.grad.to(device), tol=exact, what="grad of BiasReLU.bias")
-    if model[0].weight.grad is None:
+    compare(rep["bias_grad"], bias64.grad.to(device), tol=exact, what="grad of BiasReLU.bias")
+    if rep["weight_grad"] is None:
         raise Mismatch("nn.Linear before BiasReLU got no gradient: backward must return grad_x")
-    compare(model[0].weight.grad, w64.grad.to(device), tol=exact, what="grad of Linear.weight")
-    compare(model[0].bias.grad, bl64.grad.to(device), tol=exact, what="grad of Linear.bias")
+    compare(rep["weight_grad"], w64.grad.to(device), tol=exact, what="grad of Linear.weight")
+    compare(rep["lin_bias_grad"], bl64.grad.to(device), tol=exact, what="grad of Linear.bias")
 
 
 # --- refusals ----------------------------------------------------------------------------------

@@ -1,0 +1,301 @@
+"""Batch: grade a class.
+
+    python -m grader batch SUBMISSIONS_DIR --out DIR [--exercise 01] [--no-bench] [--force]
+
+SUBMISSIONS_DIR holds one entry per learner: a folder shaped like `starter/` (e.g.
+`alice/01_vector_add/triton/vector_add.py`) or a `.zip` of one (unpacked to a temporary folder;
+a zip whose tree sits inside one top folder is fine). Each is graded by `python -m grader grade`
+in a process of its own, exactly as the learner's `make grade` would be (the same sandboxed
+submission processes, the same time limits), writing
+
+    DIR/<name>/results.json   Gradescope's format (with extra_data: one line per track)
+    DIR/<name>/junit.xml      one testcase per check
+    DIR/<name>/output.txt     the scorecard and feedback, as the learner would read it
+    DIR/summary.csv           submission, exercise, track, points, max_points, and the flags
+                              tampering, delegation ("your kernels do the work" failed) and
+                              host_bound (a timing flagged host-bound), one row per track
+
+A submission whose results.json exists is skipped (so a run that stopped resumes where it was),
+unless --force. Submissions are graded side by side, one worker per GPU, each worker seeing only
+its GPU (CUDA_VISIBLE_DEVICES); on a machine without a GPU, one worker, grading what runs on a
+CPU (Triton tracks on the interpreter, CUDA tracks built with their CPU paths checked).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+from grader.discover import ROOT, discover
+
+FIELDS = ["submission", "exercise", "track", "points", "max_points", "tampering", "delegation",
+          "host_bound", "error"]
+_EXERCISE_DIR = re.compile(r"^\d\d_\w+$")
+MAX_UNZIPPED = 512 << 20   # bytes: a submission is source files, never this large
+MAX_MEMBERS = 10000
+
+
+def find_submissions(folder: Path) -> list[tuple[str, Path]]:
+    """(name, folder or zip) for every submission, sorted by name; hidden entries skipped."""
+    found: dict[str, Path] = {}
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith((".", "_")):
+            continue
+        if entry.is_dir():
+            name = entry.name
+        elif entry.is_file() and entry.suffix.lower() == ".zip":
+            name = entry.stem
+        else:
+            continue
+        if name in found:  # alice/ and alice.zip: keep both, apart
+            name = entry.name
+        found[name] = entry
+    return sorted(found.items())
+
+
+def tree_root(path: Path) -> Path:
+    """The folder holding the exercise folders: the submission itself, or the one folder it
+    wraps them in (a zip of `alice/`, or of `starter/`)."""
+    for _ in range(3):
+        children = [c for c in path.iterdir() if not c.name.startswith((".", "__MACOSX"))]
+        if any(c.is_dir() and _EXERCISE_DIR.match(c.name) for c in children):
+            return path
+        dirs = [c for c in children if c.is_dir()]
+        if len(dirs) != 1 or len(children) != 1:
+            return path
+        path = dirs[0]
+    return path
+
+
+def unpack(zpath: Path, dest: Path) -> None:
+    """Unpack a learner's zip: regular files only, every path inside `dest`, bounded in size."""
+    dest = dest.resolve()
+    with zipfile.ZipFile(zpath) as z:
+        members = z.infolist()
+        if len(members) > MAX_MEMBERS:
+            raise ValueError(f"{len(members)} files in the zip (at most {MAX_MEMBERS})")
+        if sum(m.file_size for m in members) > MAX_UNZIPPED:
+            raise ValueError(f"more than {MAX_UNZIPPED >> 20} MB unzipped")
+        for m in members:
+            target = (dest / m.filename).resolve()
+            if not target.is_relative_to(dest):
+                raise ValueError(f"{m.filename}: a path outside the submission")
+            if m.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            if (m.external_attr >> 16) & 0o170000 not in (0, 0o100000):
+                continue  # a symlink or a device: not source code
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(m) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+
+
+def gpu_slots(workers: int = 0) -> list[str | None]:
+    """One worker per GPU, each told to see only its own (CUDA_VISIBLE_DEVICES); one worker
+    (None: the environment as it is) without a GPU."""
+    import torch
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n == 0:
+        return [None] * max(1, workers or 1)
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    ids = visible[:n] if len(visible) >= n else [str(i) for i in range(n)]
+    if workers:  # more workers than GPUs share them round-robin
+        ids = [ids[i % len(ids)] for i in range(workers)]
+    return ids
+
+
+def track_rows(name: str, results: dict) -> list[dict]:
+    """The summary rows of one results.json: its extra_data, or, for a results.json without
+    it, the same figures read back from its tests."""
+    tracks = (results.get("extra_data") or {}).get("tracks")
+    if tracks is None:
+        tracks = _tracks_from_tests(results.get("tests", []))
+    return [{"submission": name, "exercise": t["exercise"], "track": t["track"],
+             "points": round(float(t["points"]), 2), "max_points": t["max_points"],
+             "tampering": int(bool(t.get("tampering"))),
+             "delegation": int(bool(t.get("delegation"))),
+             "host_bound": int(bool(t.get("host_bound"))), "error": t.get("ended", "")}
+            for t in tracks]
+
+
+def _tracks_from_tests(tests: list[dict]) -> list[dict]:
+    label = re.compile(r"^(\d\d) (\S+) \[([^\]]+)\] (.*)$")
+    tracks: dict[tuple, dict] = {}
+    for t in tests:
+        m = label.match(t.get("name", ""))
+        if not m:
+            continue
+        number, ex, track, what = m.groups()
+        row = tracks.setdefault((number, ex, track), {
+            "exercise": f"{number}_{ex}", "track": track, "points": 0.0, "max_points": 0.0,
+            "tampering": False, "delegation": False, "host_bound": False})
+        row["points"] += t.get("score", 0)
+        row["max_points"] += t.get("max_score", 0)
+        failed = t.get("status") == "failed"
+        row["tampering"] |= what == "tampering"
+        row["delegation"] |= (what == "your kernels do the work" and failed
+                              and "nothing to judge" not in t.get("output", ""))
+        row["host_bound"] |= what == "performance" and "(host-bound)" in t.get("output", "")
+    for row in tracks.values():
+        row["max_points"] = round(row["max_points"])
+    return list(tracks.values())
+
+
+def _timeout(exercises, bench: bool) -> float:
+    """A whole submission's limit: every track's own limit (twice with timing), plus slack."""
+    per = sum(ex.timeout_s * len(ex.tracks) for ex in exercises)
+    return per * (2 if bench else 1) + 300
+
+
+class Batch:
+    def __init__(self, folder: Path, out: Path, *, exercise=None, bench=True, force=False,
+                 workers=0, build=None, log=print):
+        self.folder, self.out = folder, out
+        self.exercise, self.bench, self.force, self.build = exercise, bench, force, build
+        self.exercises = discover(only=exercise)
+        self.slots = gpu_slots(workers)
+        self.log = log
+        self.lock = threading.Lock()
+
+    def run(self) -> dict:
+        start = time.perf_counter()
+        subs = find_submissions(self.folder)
+        todo = [(n, p) for n, p in subs if self.force or not (self.out / n / "results.json").is_file()]
+        skipped = len(subs) - len(todo)
+        where = ", ".join(f"GPU {s}" for s in self.slots) if self.slots[0] is not None else \
+            "no GPU: one worker, CPU checks only"
+        self.log(f"{len(subs)} submission(s) in {self.folder}: {len(todo)} to grade, {skipped} "
+                 f"already graded (--force grades them again); {len(self.slots)} worker(s) "
+                 f"({where})")
+        jobs = queue.Queue()
+        for item in todo:
+            jobs.put(item)
+        failed: list[str] = []
+
+        def worker(slot):
+            while True:
+                try:
+                    name, path = jobs.get_nowait()
+                except queue.Empty:
+                    return
+                ok, seconds, note = self.grade_one(name, path, slot)
+                with self.lock:
+                    if not ok:
+                        failed.append(name)
+                    self.log(f"[{name}] {'graded' if ok else 'FAILED'} in {seconds:.0f} s"
+                             f"{' on GPU ' + slot if slot is not None else ''}: {note}")
+        threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in self.slots]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rows = self.summary([n for n, _ in subs])
+        wall = time.perf_counter() - start
+        self.log(f"summary: {self.out / 'summary.csv'} ({len(rows)} row(s)); {len(todo)} graded, "
+                 f"{skipped} skipped, {len(failed)} failed; wall time {wall:.0f} s")
+        return {"graded": len(todo) - len(failed), "skipped": skipped, "failed": failed,
+                "rows": rows, "seconds": wall}
+
+    def grade_one(self, name: str, path: Path, slot: str | None) -> tuple[bool, float, str]:
+        dest = self.out / name
+        dest.mkdir(parents=True, exist_ok=True)
+        final, partial = dest / "results.json", dest / "results.json.partial"
+        for f in (final, partial, dest / "error.txt"):
+            f.unlink(missing_ok=True)
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="grader-batch-") as tmp:
+            try:
+                if path.is_dir():
+                    tree = tree_root(path.resolve())
+                else:
+                    unpack(path, Path(tmp))
+                    tree = tree_root(Path(tmp))
+            except (OSError, ValueError, zipfile.BadZipFile) as e:
+                (dest / "error.txt").write_text(f"could not read {path.name}: {e}\n")
+                return False, time.perf_counter() - start, f"could not read {path.name}: {e}"
+            cmd = [sys.executable, "-m", "grader", "grade", "--submission", str(tree),
+                   "--json", str(partial), "--junit", str(dest / "junit.xml"),
+                   "--jobs", str(max(1, (os.cpu_count() or 2) // 4 // len(self.slots)))]
+            if self.exercise:
+                cmd += ["--exercise", self.exercise]
+            if not self.bench:
+                cmd.append("--no-bench")
+            if self.build:
+                cmd += ["--build", self.build]
+            env = dict(os.environ)
+            if slot is not None:
+                env["CUDA_VISIBLE_DEVICES"] = slot
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+            limit = _timeout(self.exercises, self.bench)
+            with open(dest / "output.txt", "w") as log:
+                try:
+                    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          timeout=limit, start_new_session=True)
+                    code = proc.returncode
+                except subprocess.TimeoutExpired:
+                    code = None
+            if path.is_file():  # the build and runner caches of a temporary tree: no reuse
+                from grader.build import CACHE, tree_tag
+                for sub in ("build", "runner", "aot"):
+                    shutil.rmtree(CACHE / sub / tree_tag(tree), ignore_errors=True)
+        seconds = time.perf_counter() - start
+        if code == 0 and partial.is_file():
+            results = json.loads(partial.read_text())
+            os.replace(partial, final)  # last: a results.json is always a whole one
+            return True, seconds, f"{results.get('score', 0):g} points"
+        why = (f"stopped after {limit:.0f} s" if code is None else f"exit code {code}")
+        tail = (dest / "output.txt").read_text(errors="replace")[-3000:]
+        (dest / "error.txt").write_text(f"grading failed ({why}); the end of output.txt:\n{tail}")
+        return False, seconds, f"grading failed ({why}); see {dest / 'error.txt'}"
+
+    def summary(self, names: list[str]) -> list[dict]:
+        rows = []
+        for name in names:
+            final = self.out / name / "results.json"
+            if final.is_file():
+                try:
+                    rows += track_rows(name, json.loads(final.read_text()))
+                    continue
+                except (ValueError, KeyError) as e:
+                    err = f"unreadable results.json: {e}"
+            else:
+                err = "not graded: see error.txt"
+                if (self.out / name / "error.txt").is_file():
+                    first = (self.out / name / "error.txt").read_text().splitlines()[:1]
+                    err = first[0] if first else err
+            rows.append({"submission": name, "exercise": "", "track": "", "points": 0,
+                         "max_points": "", "tampering": "", "delegation": "", "host_bound": "",
+                         "error": err})
+        self.out.mkdir(parents=True, exist_ok=True)
+        tmp = self.out / "summary.csv.partial"
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS)
+            w.writeheader()
+            w.writerows(rows)
+        os.replace(tmp, self.out / "summary.csv")
+        return rows
+
+
+def batch_command(args) -> int:
+    folder = Path(args.submissions)
+    if not folder.is_dir():
+        sys.exit(f"grader: batch {args.submissions}: no such folder")
+    out = Path(args.out).resolve()
+    if out.is_relative_to(folder.resolve()):
+        sys.exit("grader: batch: --out must not be inside the submissions folder")
+    res = Batch(folder, out, exercise=args.exercise, bench=not args.no_bench, force=args.force,
+                workers=args.workers, build=args.build,
+                log=lambda m: print(m, flush=True)).run()
+    return 1 if res["failed"] else 0
