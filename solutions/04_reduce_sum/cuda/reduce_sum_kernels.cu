@@ -1,0 +1,194 @@
+// Exercise 04 — reduce_sum, solved: the kernels and their launcher.
+//
+//   reduce_sum(x)        = sum of every element of x            (one row of numel elements)
+//   reduce_sum_rows(x)   = [sum of row r of x for r < M]        (M rows of N elements)
+//
+// One machinery serves both: a flat sum is the case "1 row". Contents:
+//   widen                  fp16/bf16 -> float, float/double unchanged (the math type)
+//   block_reduce_sum       the lesson: a shared-memory tree (256 -> 64 values), then one warp
+//                          finishes with __shfl_down_sync (64 -> 1). Written out here on purpose,
+//                          instead of common.cuh's course::block_sum: it is what this exercise
+//                          teaches. (common.cuh is included for Vec, kVec16, ceil_div, num_sms and
+//                          the CUDA_CHECK macros.)
+//   partial_sums_kernel    stage 1: block b sums its chunk of its row with 16-byte loads and
+//                          kUnroll independent accumulators, and writes ONE value
+//   finish_kernel          stage 2: one block per row adds that row's partials in a fixed order
+//   splits_for, sum_rows   the launch plan and the launches
+//
+// Why two stages and not atomicAdd: float addition is not associative, so the order in which
+// values are added changes the last bits. Blocks finish in an order that changes from run to run;
+// atomicAdd(&out, block_total) adds in that order, and the result changes too. Writing one partial
+// per block and summing the partials in index order gives the same bits on every call (on the
+// same GPU: the number of blocks follows the number of SMs).
+//
+// Napkin math, the graded case (reduce_sum of 2^28 float32): the kernel must read 2^28 * 4 B =
+// 1.07 GB once and writes 4 B; 2^28 adds are a few microseconds of arithmetic, nothing next to
+// the memory time. At the measured copy bandwidth of an H200 (4276 GB/s, 2026-11-21) that is
+// 1.07e9 / 4.276e12 = 251 us; a read-only stream can go a little faster than a copy, so the
+// honest ceiling is a measured read bandwidth (see the README). The second stage reads
+// 528 partials: one more small launch, expected to cost about 1% of the total.
+// reduce_sum_rows of (32768, 8192) bf16: 537 MB read, 128 KB written: 126 us at 4276 GB/s.
+//
+// Bytes in flight (Little's law): ~4.3 TB/s * ~0.8 us of latency = ~3.4 MB, ~26 KB per SM of the
+// 132. Each thread here has kUnroll = 4 loads of 16 B outstanding; at 4 blocks of 256 threads per
+// SM that is 64 KB per SM: enough, with room to spare.
+
+#include "common.cuh"
+#include "reduce_sum.h"
+
+#include <algorithm>
+
+namespace ex04 {
+namespace {
+
+constexpr int kThreads = 256;     // threads per block: 8 warps
+constexpr int kUnroll = 4;        // 16-byte loads in flight per thread, one accumulator each
+constexpr int kBlocksPerSm = 4;   // 1024 threads per SM: enough loads in flight (see above)
+
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ double widen(double v) { return v; }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// The sum of one value per thread over the block (kThreads threads), returned in thread 0.
+//
+// A tree in shared memory: each step, the first half of the still-active threads adds the value
+// of a partner half a step away (256 -> 128 -> 64 values). Every step reads what other warps
+// wrote in the step before, so a __syncthreads() must separate the steps. Once 64 values are
+// left, warp 0 takes two each and finishes in registers: __shfl_down_sync(mask, v, k) hands lane
+// i the v of lane i + k, so five shuffle steps (16, 8, 4, 2, 1) leave the warp's sum in lane 0,
+// with no shared memory and no barrier (a warp's lanes move together).
+template <typename A>
+__device__ __forceinline__ A block_reduce_sum(A v, A* smem) {
+  const int t = threadIdx.x;
+  smem[t] = v;
+  __syncthreads();  // every thread's value is in smem before any thread reads another's
+#pragma unroll
+  for (int s = kThreads / 2; s >= 64; s >>= 1) {
+    if (t < s) smem[t] += smem[t + s];
+    __syncthreads();  // this step's sums are written before the next step reads them
+  }
+  if (t < 32) {
+    v = smem[t] + smem[t + 32];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+// Stage 1. Block b works on row b / splits, columns [chunk * (b % splits), + chunk), and writes
+// the sum of that piece to dst[b]. kVec elements are read as one 16-byte load (kVec = 1: one
+// element at a time, for pointers that are not 16-byte aligned). Every index is int64: a row or a
+// tensor passes 2^31 elements (4 GiB of bf16), and an int index would wrap around.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads)
+partial_sums_kernel(const T* __restrict__ x, int64_t cols, int64_t chunk, int splits,
+                    typename Out<T>::type* __restrict__ dst) {
+  using A = typename Out<T>::type;  // the accumulator: float for 16-bit inputs (see README)
+  __shared__ A smem[kThreads];
+  const int64_t row = blockIdx.x / splits;
+  const int64_t begin = (blockIdx.x % splits) * chunk;  // a multiple of kVec (see sum_rows)
+  const int64_t end = begin + chunk < cols ? begin + chunk : cols;
+  const int64_t len = end - begin;  // <= 0 for a block past the end of a short row
+  const T* p = x + row * cols + begin;
+
+  using V = course::Vec<T, kVec>;
+  const V* pv = reinterpret_cast<const V*>(p);
+  const int64_t nvec = len > 0 ? len / kVec : 0;
+  A acc[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) acc[u] = A(0);
+
+  // kUnroll vectors a trip, kThreads apart so a warp reads 512 contiguous bytes per load; the
+  // loads are independent, so all kUnroll are in flight before the first add waits on one.
+  int64_t i = threadIdx.x;
+  for (; i + (kUnroll - 1) * kThreads < nvec; i += kUnroll * kThreads) {
+    V v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = pv[i + u * kThreads];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[u] += widen(v[u].v[k]);
+    }
+  }
+  for (; i < nvec; i += kThreads) {  // fewer than kUnroll vectors left for this thread
+    const V v = pv[i];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc[0] += widen(v.v[k]);
+  }
+  // the last len % kVec elements (only the last chunk of a row has any)
+  for (int64_t j = nvec * kVec + threadIdx.x; j < len; j += kThreads) acc[0] += widen(p[j]);
+
+  const A total = block_reduce_sum((acc[0] + acc[1]) + (acc[2] + acc[3]), smem);
+  if (threadIdx.x == 0) dst[blockIdx.x] = total;
+}
+
+// Stage 2: block r adds the `splits` partials of row r. Thread t takes partials t, t + kThreads,
+// ... in that order, then the same block reduction: a fixed order, so the same bits every call.
+template <typename A>
+__global__ void __launch_bounds__(kThreads)
+finish_kernel(const A* __restrict__ partials, int splits, A* __restrict__ out) {
+  __shared__ A smem[kThreads];
+  const A* p = partials + static_cast<int64_t>(blockIdx.x) * splits;
+  A s = A(0);
+  for (int i = threadIdx.x; i < splits; i += kThreads) s += p[i];
+  s = block_reduce_sum(s, smem);
+  if (threadIdx.x == 0) out[blockIdx.x] = s;
+}
+
+template <typename T>
+bool vector_path(const T* x, int64_t rows, int64_t cols) {
+  // every row must start on a 16-byte boundary: x itself, and a row length of whole vectors
+  // (a single row needs only x aligned: its chunks are whole vectors from x)
+  constexpr int kVec = course::kVec16<T>;
+  return course::aligned_for<T, kVec>(x) && (rows == 1 || cols % kVec == 0);
+}
+
+}  // namespace
+
+int splits_for(int64_t rows, int64_t cols, int element_size) {
+  // Enough blocks in all to fill every SM kBlocksPerSm times; never so many that a block gets
+  // less than one full trip of its loop (kThreads * kUnroll vectors of 16 bytes).
+  const int64_t target = int64_t(course::num_sms()) * kBlocksPerSm;
+  if (rows >= target) return 1;
+  const int64_t per_trip = int64_t(kThreads) * kUnroll * (16 / element_size);
+  const int64_t want = course::ceil_div(target, rows);
+  const int64_t useful = course::ceil_div(cols, per_trip);
+  return static_cast<int>(std::max<int64_t>(1, std::min(want, useful)));
+}
+
+template <typename T>
+void sum_rows(const T* x, int64_t rows, int64_t cols, int splits,
+              typename Out<T>::type* partials, typename Out<T>::type* out, cudaStream_t stream) {
+  if (rows == 0) return;  // a launch with 0 blocks is an error ("invalid configuration")
+  const int64_t blocks = rows * splits;
+  typename Out<T>::type* dst = splits == 1 ? out : partials;  // one value per block
+  const bool vec = vector_path(x, rows, cols);
+  const int kv = vec ? course::kVec16<T> : 1;
+  // elements per block: a share of the row, rounded up to whole vectors so that every chunk
+  // starts 16-byte aligned; the blocks together cover the whole row (the last may get less)
+  const int64_t chunk = course::ceil_div(course::ceil_div(cols, splits), kv) * kv;
+  if (vec) {
+    partial_sums_kernel<T, course::kVec16<T>>
+        <<<unsigned(blocks), kThreads, 0, stream>>>(x, cols, chunk, splits, dst);
+  } else {
+    partial_sums_kernel<T, 1>
+        <<<unsigned(blocks), kThreads, 0, stream>>>(x, cols, chunk, splits, dst);
+  }
+  CUDA_LAUNCH_CHECK();
+  if (splits > 1) {
+    finish_kernel<<<unsigned(rows), kThreads, 0, stream>>>(partials, splits, out);
+    CUDA_LAUNCH_CHECK();
+  }
+}
+
+template void sum_rows<float>(const float*, int64_t, int64_t, int, float*, float*, cudaStream_t);
+template void sum_rows<double>(const double*, int64_t, int64_t, int, double*, double*,
+                               cudaStream_t);
+template void sum_rows<__half>(const __half*, int64_t, int64_t, int, float*, float*,
+                               cudaStream_t);
+template void sum_rows<__nv_bfloat16>(const __nv_bfloat16*, int64_t, int64_t, int, float*, float*,
+                                      cudaStream_t);
+
+}  // namespace ex04

@@ -1,0 +1,348 @@
+"""Exercise 10 — layernorm_dropout, Triton track, solved.
+
+    z  = (x - mean) * rstd * w + b          biased variance, fp32 math (fp64 for fp64)
+    y  = z * keep / (1 - p)                 keep = (u >= p), u uniform in [0, 1)
+    u  = Philox(seed, counter)              a function of (seed, element index): never stored
+
+    g  = dy * keep / (1 - p)                the same keep, regenerated from (seed, index)
+    dx = rstd * (w*g - mean(w*g) - xhat * mean(xhat * w*g)),   xhat = (x - mean) * rstd
+    dw = sum over rows of g * xhat,   db = sum over rows of g
+
+Napkin math, (32768, 4096) bf16: 134,217,728 elements, 268 MB per tensor.
+  forward   reads x, writes y (w, b: 16 KB; mean, rstd: 256 KB; no mask):
+                                                    537 MB -> 125 us at 4.28 TB/s (H200 copy)
+  backward  reads x and dy, writes dx (+ mean, rstd, and the dw/db partials, written once and
+            read once: 35 MB, ~4%):                  805 MB -> 188 us
+  both                                             1342 MB -> 314 us
+A stored bool mask would add 134 MB to the forward and 134 MB to the backward (+20%).
+
+The random numbers are the expensive part, not the bytes: one Philox4x32-10 call is ~10 rounds
+of 2 wide multiplies + xors, ~80 integer instructions, and yields 4 uint32. tl.rand(seed, i)
+calls it once per element and keeps one of the four; at ~1e12 elements/s (the bandwidth-bound
+rate for bf16 on an H200) that is ~8e13 instructions/s, more than the ~3.3e13 thread
+instructions/s an H200 issues. So we take all four (tl.rand4x) and spread them over four
+neighbouring columns: one call per 4 elements, ~20 instructions per element. Whether that is
+enough is measured by results/experiments/10_first_kernel.py (FOUR_PER_CALL on and off).
+
+Which element gets which number (any rule works as long as it depends on (seed, row, column)
+only, never on the launch): row r has Q = ceil(N / 4) counters r*Q .. r*Q + Q-1; counter
+r*Q + j yields the numbers of columns 4j, 4j+1, 4j+2, 4j+3.
+
+Not a triton_op: an autograd.Function has far less host overhead per call in eager mode (the
+06 Triton track measured ~776 us of CPU time per fwd+bwd step with triton_ops, for ~375 us of
+GPU work), and this exercise does not need torch.compile to see inside the op. The price is a
+graph break under torch.compile; see the README.
+"""
+import struct
+
+import torch
+import triton
+import triton.language as tl
+
+# A row up to this long is held in registers by one program (one read of x); longer rows loop
+# over column blocks of LOOP_BLOCK and read x three times (the later reads mostly hit L2).
+MAX_FWD_BLOCK = 16384
+MAX_BWD_BLOCK = 8192    # the backward holds x, dy, w and two accumulators per column
+LOOP_BLOCK = 4096
+N_ROUNDS = 10           # Philox4x32-10, as cuRAND and Triton's default
+FOUR_PER_CALL = True    # one Philox call per 4 elements (tl.rand4x); False: tl.rand per element
+PROGRAMS_PER_SM = 4     # backward programs per SM (persistent: each loops over several rows)
+CPU_PROGRAMS = 4        # on the interpreter: a few programs, so the row loop is exercised
+
+
+@triton.jit
+def _keep(seed, row, start, N, p, BLOCK: tl.constexpr, FOUR: tl.constexpr,
+          N_ROUNDS: tl.constexpr):
+    """keep (True) or drop for columns start .. start+BLOCK-1 of `row`: from (seed, row, column)
+    only, so the forward and the backward, whatever their block sizes, draw the same numbers."""
+    if FOUR:
+        q = (N + 3) // 4                                  # counters per row
+        j = row * q + start // 4 + tl.arange(0, BLOCK // 4)
+        u0, u1, u2, u3 = tl.rand4x(seed, j, N_ROUNDS)     # columns 4j, 4j+1, 4j+2, 4j+3
+        # interleave: [BLOCK/4, 2, 2] with [j, a, b] = u_(2a+b), flattened -> column 4j + 2a + b
+        u = tl.reshape(tl.join(tl.join(u0, u2), tl.join(u1, u3)), [BLOCK])
+    else:
+        u = tl.rand(seed, row * N + start + tl.arange(0, BLOCK), N_ROUNDS)
+    return u >= p
+
+
+@triton.jit
+def _fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr,      # x, y: [M, N]; w, b: [N]
+                mean_ptr, rstd_ptr,              # [M] in the math dtype, for the backward
+                N, eps, p, seed,
+                scale_hi, scale_lo,              # 1/(1-p) = hi + lo (two floats: fp64 exact)
+                BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, F64: tl.constexpr,
+                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr):
+    # math in float32 (float64 for float64 inputs): convert every load before any arithmetic
+    # (Triton's CPU interpreter gets bf16 arithmetic wrong)
+    acc_ty = tl.float64 if F64 else tl.float32
+    scale = tl.cast(scale_hi, acc_ty) + tl.cast(scale_lo, acc_ty)
+    row = tl.program_id(0).to(tl.int64)          # int64: row * N passes 2^31 on big inputs
+    x_row = x_ptr + row * N
+    y_row = y_ptr + row * N
+    cols = tl.arange(0, BLOCK)
+    if ONE_BLOCK:
+        # the row stays in registers: 2 bytes in, 2 bytes out per element (bf16)
+        mask = cols < N
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(acc_ty)
+        mean = tl.sum(x, axis=0) / N
+        xc = tl.where(mask, x - mean, 0.0)       # two passes over registers: no E[x^2]-E[x]^2
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(acc_ty)
+        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(acc_ty)
+        z = xc * rstd * w + b
+        keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS)
+        tl.store(y_row + cols, tl.where(keep, z * scale, 0.0).to(y_ptr.dtype.element_ty),
+                 mask=mask)
+    else:
+        # a row longer than a block: mean, then the centred sum of squares, then the output
+        acc = tl.zeros([BLOCK], dtype=acc_ty)
+        for start in range(0, N, BLOCK):
+            c = start + cols
+            acc += tl.load(x_row + c, mask=c < N, other=0.0).to(acc_ty)
+        mean = tl.sum(acc, axis=0) / N
+        acc = tl.zeros([BLOCK], dtype=acc_ty)
+        for start in range(0, N, BLOCK):
+            c = start + cols
+            x = tl.load(x_row + c, mask=c < N, other=0.0).to(acc_ty)
+            xc = tl.where(c < N, x - mean, 0.0)
+            acc += xc * xc
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+        for start in range(0, N, BLOCK):
+            c = start + cols
+            mask = c < N
+            x = tl.load(x_row + c, mask=mask, other=0.0).to(acc_ty)
+            w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
+            b = tl.load(b_ptr + c, mask=mask, other=0.0).to(acc_ty)
+            z = (x - mean) * rstd * w + b
+            keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS)
+            tl.store(y_row + c, tl.where(keep, z * scale, 0.0).to(y_ptr.dtype.element_ty),
+                     mask=mask)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: [N]; [M] stats
+                dx_ptr, part_ptr,                          # dx: [M, N]; partials [2, P, N]
+                M, N, p, seed, scale_hi, scale_lo,
+                BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, F64: tl.constexpr,
+                WANT_DWB: tl.constexpr,                    # dw or db asked for
+                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr):
+    # Persistent: program p takes rows p, p + P, p + 2P, ... and sums its rows' g * xhat and g
+    # into its own partial rows of dw and db: no atomics, and the same sums every run.
+    acc_ty = tl.float64 if F64 else tl.float32
+    scale = tl.cast(scale_hi, acc_ty) + tl.cast(scale_lo, acc_ty)
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    dw_part = part_ptr + pid.to(tl.int64) * N
+    db_part = dw_part + nprog.to(tl.int64) * N
+    cols = tl.arange(0, BLOCK)
+    if ONE_BLOCK:
+        mask = cols < N
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(acc_ty)   # once per program
+        dw = tl.zeros([BLOCK], dtype=acc_ty)
+        db = tl.zeros([BLOCK], dtype=acc_ty)
+        for row in range(pid.to(tl.int64), M, nprog):
+            x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(acc_ty)
+            dy = tl.load(dy_ptr + row * N + cols, mask=mask, other=0.0).to(acc_ty)
+            mean = tl.load(mean_ptr + row)
+            rstd = tl.load(rstd_ptr + row)
+            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+            keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS)   # regenerated, not loaded
+            g = tl.where(keep, dy * scale, 0.0)
+            wg = w * g
+            c1 = tl.sum(xhat * wg, axis=0) / N
+            c2 = tl.sum(wg, axis=0) / N
+            dx = (wg - c2 - xhat * c1) * rstd
+            tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+            if WANT_DWB:
+                dw += g * xhat
+                db += g
+        if WANT_DWB:
+            tl.store(dw_part + cols, dw, mask=mask)
+            tl.store(db_part + cols, db, mask=mask)
+    else:
+        # A row longer than a block: the partial rows are the accumulators (this program's own
+        # memory), and each row takes two passes: the two row sums, then dx.
+        if WANT_DWB:
+            for start in range(0, N, BLOCK):
+                c = start + cols
+                tl.store(dw_part + c, tl.zeros([BLOCK], dtype=acc_ty), mask=c < N)
+                tl.store(db_part + c, tl.zeros([BLOCK], dtype=acc_ty), mask=c < N)
+        for row in range(pid.to(tl.int64), M, nprog):
+            mean = tl.load(mean_ptr + row)
+            rstd = tl.load(rstd_ptr + row)
+            a1 = tl.zeros([BLOCK], dtype=acc_ty)
+            a2 = tl.zeros([BLOCK], dtype=acc_ty)
+            for start in range(0, N, BLOCK):
+                c = start + cols
+                mask = c < N
+                x = tl.load(x_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
+                dy = tl.load(dy_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
+                w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
+                keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS)
+                wg = w * tl.where(keep, dy * scale, 0.0)
+                a1 += tl.where(mask, (x - mean) * rstd, 0.0) * wg
+                a2 += wg
+            c1 = tl.sum(a1, axis=0) / N
+            c2 = tl.sum(a2, axis=0) / N
+            for start in range(0, N, BLOCK):
+                c = start + cols
+                mask = c < N
+                x = tl.load(x_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
+                dy = tl.load(dy_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
+                w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
+                keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS)
+                g = tl.where(keep, dy * scale, 0.0)
+                xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+                dx = (w * g - c2 - xhat * c1) * rstd
+                tl.store(dx_ptr + row * N + c, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+                if WANT_DWB:
+                    tl.store(dw_part + c, tl.load(dw_part + c, mask=mask) + g * xhat, mask=mask)
+                    tl.store(db_part + c, tl.load(db_part + c, mask=mask) + g, mask=mask)
+
+
+@triton.jit
+def _sum_partials_kernel(part_ptr, dw_ptr, db_ptr,   # partials [2, P, N] -> dw, db: [N]
+                         P, N, BLOCK: tl.constexpr):
+    # The second stage: program (i, which) sums P partial rows of columns i*BLOCK.. in a fixed
+    # order (deterministic), in the math dtype, and rounds once to w's dtype.
+    which = tl.program_id(1)                 # 0: dw, 1: db
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    base = part_ptr + which.to(tl.int64) * P * N
+    acc = tl.load(base + cols, mask=mask, other=0.0)
+    for i in range(1, P):
+        acc += tl.load(base + i * N + cols, mask=mask, other=0.0)
+    if which == 0:
+        tl.store(dw_ptr + cols, acc.to(dw_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(db_ptr + cols, acc.to(db_ptr.dtype.element_ty), mask=mask)
+
+
+# --- launchers -----------------------------------------------------------------------------
+
+def _num_warps(block: int) -> int:
+    # ~16 elements per thread: 4096 columns -> 8 warps, 8192 and up -> 16
+    return 16 if block >= 8192 else 8 if block >= 2048 else 4
+
+
+def _block(n: int, max_block: int) -> tuple[int, bool]:
+    one_block = n <= max_block
+    # at least 16 columns: rand4x's quarter-block must have a power-of-two length >= 4
+    return (max(16, triton.next_power_of_2(n)) if one_block else LOOP_BLOCK), one_block
+
+
+def _scale(p: float) -> tuple[float, float]:
+    """1/(1-p) as a float32 plus the float32 remainder: a float64 kernel adds them back and
+    gets 1/(1-p) to ~1e-15 (Triton passes Python floats to kernels as float32)."""
+    s = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+    hi = struct.unpack("f", struct.pack("f", s))[0]    # s rounded to float32
+    return hi, s - hi
+
+
+def _check(x, w, b, p, seed):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a tensor, got {type(x).__name__}")
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        raise TypeError(f"x must be float32, float16, bfloat16 or float64, got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] == 0:
+        raise ValueError(f"x must have a last dimension of at least 1 (the rows), got shape "
+                         f"{tuple(x.shape)}")
+    for name, t in (("w", w), ("b", b)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.shape[0] != x.shape[-1]:
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must have shape [{x.shape[-1]}] (x's last dimension), "
+                             f"got {got}")
+        if t.dtype != x.dtype:
+            raise TypeError(f"{name} must have x's dtype {x.dtype}, got {t.dtype}")
+        if t.device != x.device:
+            raise ValueError(f"{name} must be on x's device {x.device}, got {t.device}")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"p (the drop probability) must be a number in [0, 1], got {p!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an int in [0, 2^63), got {seed!r}")
+
+
+def _math_dtype(x):
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _forward(x, w, b, p, seed, eps):
+    x = x.contiguous()  # the kernel walks rows with stride N; a no-op for contiguous x
+    w, b = w.contiguous(), b.contiguous()
+    N = x.shape[-1]
+    M = x.numel() // N
+    y = torch.empty_like(x)
+    mean = torch.empty(M, dtype=_math_dtype(x), device=x.device)
+    rstd = torch.empty(M, dtype=_math_dtype(x), device=x.device)
+    if M == 0:
+        return x, y, mean, rstd
+    block, one_block = _block(N, MAX_FWD_BLOCK)
+    hi, lo = _scale(p)
+    # one program per row: 32768 programs of 8 warps for the headline case, the row in registers
+    _fwd_kernel[(M,)](x, w, b, y, mean, rstd, N, eps, p, seed, hi, lo,
+                      BLOCK=block, ONE_BLOCK=one_block, F64=x.dtype == torch.float64,
+                      FOUR=FOUR_PER_CALL, N_ROUNDS=N_ROUNDS, num_warps=_num_warps(block))
+    return x, y, mean, rstd
+
+
+def _backward(dy, x, w, mean, rstd, p, seed, want_dwb):
+    dy = dy.contiguous()  # the gradient of a sum arrives as an expanded (stride 0) tensor
+    N = x.shape[-1]
+    M = x.numel() // N
+    dx = torch.empty_like(x)
+    dw = torch.empty_like(w) if want_dwb else None
+    db = torch.empty_like(w) if want_dwb else None
+    if M == 0:
+        if want_dwb:
+            dw, db = torch.zeros_like(w), torch.zeros_like(w)
+        return dx, dw, db
+    if x.is_cuda:
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        programs = min(M, sms * PROGRAMS_PER_SM)
+    else:
+        programs = min(M, CPU_PROGRAMS)
+    # [2, programs, N] fp32: 2 * 528 * 4096 * 4 B = 17 MB for the headline case, written once
+    # and read once (~4% of the backward's bytes; PROGRAMS_PER_SM = 2 would halve it)
+    partials = torch.empty((2, programs, N) if want_dwb else (1,), dtype=_math_dtype(x),
+                           device=x.device)
+    block, one_block = _block(N, MAX_BWD_BLOCK)
+    hi, lo = _scale(p)
+    _bwd_kernel[(programs,)](dy, x, w, mean, rstd, dx, partials, M, N, p, seed, hi, lo,
+                             BLOCK=block, ONE_BLOCK=one_block, F64=x.dtype == torch.float64,
+                             WANT_DWB=want_dwb, FOUR=FOUR_PER_CALL, N_ROUNDS=N_ROUNDS,
+                             num_warps=_num_warps(block))
+    if want_dwb:
+        sum_block = 256
+        _sum_partials_kernel[(triton.cdiv(N, sum_block), 2)](partials, dw, db, programs, N,
+                                                             BLOCK=sum_block, num_warps=4)
+    return dx, dw, db
+
+
+class _LayerNormDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b, p, seed, eps):
+        xc, y, mean, rstd = _forward(x, w, b, p, seed, eps)
+        # saved: x (already read by the backward anyway), w, and 8 bytes per row of statistics;
+        # not the mask: the backward regenerates it from (seed, index)
+        ctx.save_for_backward(xc, w, mean, rstd)
+        ctx.p, ctx.seed = p, seed
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, mean, rstd = ctx.saved_tensors
+        want_dwb = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+        dx, dw, db = _backward(dy, x, w, mean, rstd, ctx.p, ctx.seed, want_dwb)
+        return (dx if ctx.needs_input_grad[0] else None,
+                dw if ctx.needs_input_grad[1] else None,
+                db if ctx.needs_input_grad[2] else None, None, None, None)
+
+
+def layernorm_dropout(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, p: float, seed: int,
+                      eps: float = 1e-5) -> torch.Tensor:
+    """dropout(layer_norm(x, w, b, eps), p) with the mask drawn from (seed, element index)."""
+    _check(x, w, b, p, seed)
+    return _LayerNormDropout.apply(x, w, b, float(p), int(seed), float(eps))
