@@ -4,9 +4,9 @@ Why: numpy has no bfloat16, so under TRITON_INTERPRET=1 Triton keeps bf16 tensor
 16 bits in uint16 arrays, and its builder applies numpy to those integers. The plainest kernel,
 `tl.store(out, tl.load(x) + tl.load(y))` on bf16, adds bit patterns and stores NaN and 1e37s on
 the CPU while it is right on the GPU; comparisons, `tl.sum`, `tl.fma`, `tl.dot`, `tl.atomic_add`
-and `tl.full(..., tl.bfloat16)` fail too, and every rounding to bf16 truncates. Upstream treats bf16 as unsupported in the
-interpreter (triton-lang/triton PR #10945; issues #11584 `tl.dot`, #11604 `tl.sum`), and a
-learner without a GPU must never be told that a correct kernel is wrong.
+and `tl.full(..., tl.bfloat16)` fail too, and every rounding to bf16 truncates. Upstream treats
+bf16 as unsupported in the interpreter (triton-lang/triton PR #10945; issues #11584 `tl.dot`,
+#11604 `tl.sum`), and a learner without a GPU must never be told that a correct kernel is wrong.
 
 What `install()` does (only under TRITON_INTERPRET=1; idempotent): wraps a few methods of
 the interpreter's builder and of its reduce/scan ops so that bf16 operands are read as float32
@@ -38,9 +38,10 @@ What reaches the builder as bf16, and is fixed here:
 What it cannot make equal to the GPU, bit for bit (each within bf16 tolerance, so no correct
 kernel fails for it): the order of a reduction (the GPU's tree is not ours, so a bf16 `tl.sum`
 can differ in its last bit), the order of `tl.dot`'s accumulation, and bf16 constants in a
-kernel, which Triton's GPU builder (`get_bf16`, by its C++ source) passes through a 6-decimal string (a bf16 constant 1e-7
-becomes 0 there; here it is rounded from its value). Not covered, because the interpreter
-decodes them bit by bit or refuses them for every dtype: conversions to and from fp8,
+kernel, which Triton's GPU builder (`get_bf16`, by its C++ source) passes through a 6-decimal
+string (a bf16 constant 1e-7 becomes 0 there; here it is rounded from its value). Not covered,
+because the interpreter decodes them bit by bit or refuses them for every dtype: conversions
+to and from fp8,
 `tl.dot_scaled`, TMA descriptor loads padded with NaN, inline asm and libdevice calls; no
 exercise uses them, and none needs a "needs a GPU" verdict on account of bf16.
 """
@@ -169,7 +170,7 @@ def install() -> bool:
         for i in np.ndindex(p.shape):  # lane by lane, as the GPU serializes them
             if m[i]:
                 at = np.array([p[i]], np.uint64)
-                old[i] = ip._interpreter.load(at, one, np.zeros(1, np.uint16), np.dtype(np.uint16))[0]
+                old[i] = ip._interpreter.load(at, one, np.zeros(1, np.uint16), old.dtype)[0]
                 ip._interpreter.store(at, to_bf16(to_f32(old[i]) + to_f32(v[i])).reshape(1), one)
         return TH(old, tl.bfloat16)
     atomic_rmw, B.create_atomic_rmw = B.create_atomic_rmw, create_atomic_rmw
@@ -200,7 +201,8 @@ def install() -> bool:
             v = to_f32(to_bf16(v[..., 0::2] + v[..., 1::2]))
         v = v[..., 0]
         if self.keep_dims:
-            v = v.reshape([1] * t.handle.data.ndim) if self.axis is None else np.expand_dims(v, self.axis)
+            v = (v.reshape([1] * t.handle.data.ndim) if self.axis is None
+                 else np.expand_dims(v, self.axis))
         return self.to_tensor(to_bf16(v), t.dtype)
     orig_sum, ip.ReduceOps.sum = ip.ReduceOps.sum, tree_sum
 
