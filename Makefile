@@ -2,9 +2,11 @@
 # make exercise-02            grade one exercise, every failure in full (SANITIZE=memcheck|racecheck|...)
 # make bench                  side-by-side benchmark of solutions/ vs baselines (needs a GPU)
 # make test                   the project's own tests
+# BUILD=aot                   (with grade/exercise-NN) ahead-of-time builds of the CUDA tracks
 SHELL := /bin/bash
 IMPL ?= starter
 SUBMISSION ?=
+BUILD ?=
 RESULTS ?= results.json
 BENCH_OUT ?= results/bench
 VENV := .venv
@@ -22,10 +24,11 @@ else
 endif
 BENCH_IMPL := $(if $(filter command line,$(origin IMPL)),$(IMPL),solutions)
 TREE := $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(IMPL))
+BUILD_FLAG := $(if $(BUILD),--build $(BUILD))
 
 .PHONY: grade bench test list clean help
 help:
-	@sed -n '1,4p' Makefile | sed 's/^# //'
+	@sed -n '1,5p' Makefile | sed 's/^# //'
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -33,10 +36,10 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 grade: $(SETUP)
-	$(PY) -m grader grade $(TREE) --json $(RESULTS)
+	$(PY) -m grader grade $(TREE) $(BUILD_FLAG) --json $(RESULTS)
 
 exercise-%: $(SETUP)
-	$(if $(SANITIZE),GRADER_SANITIZE=$(SANITIZE) GRADER_SMALL=1 GRADER_CHECK_TIMEOUT=900 )$(PY) -m grader grade --exercise $* $(TREE) $(if $(SANITIZE),--no-bench)
+	$(if $(SANITIZE),GRADER_SANITIZE=$(SANITIZE) GRADER_SMALL=1 GRADER_CHECK_TIMEOUT=900 )$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(SANITIZE),--no-bench)
 
 bench: $(SETUP)
 	$(PY) -m grader bench $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(BENCH_IMPL)) --out $(BENCH_OUT)

@@ -179,7 +179,8 @@ def main(argv=None) -> int:
                        help="grade again submissions that already have a results.json")
     batch.add_argument("--workers", type=int, default=0,
                        help="submissions graded at once (default: one per GPU; one without)")
-    batch.add_argument("--build", choices=["jit", "aot"], default=None)
+    batch.add_argument("--build", choices=["jit", "aot"], default=None,
+                       help="passed on to each submission's grade")
     sub.choices["bench"].add_argument("--out", default=str(ROOT / "results" / "bench"))
     sub.add_parser("list")
     args = p.parse_args(argv)

@@ -164,6 +164,12 @@ class Batch:
         self.exercise, self.bench, self.force, self.build = exercise, bench, force, build
         self.exercises = discover(only=exercise)
         self.slots = gpu_slots(workers)
+        from grader.trust import landlock_available
+        self.sandboxed = landlock_available()
+        if not self.sandboxed:
+            # without Landlock a submission's write into the repository is found by hash after
+            # the fact: with two graded at once, it could be pinned on the wrong one
+            self.slots = self.slots[:1]
         self.log = log
         self.lock = threading.Lock()
 
@@ -173,7 +179,9 @@ class Batch:
         todo = [(n, p) for n, p in subs if self.force or not (self.out / n / "results.json").is_file()]
         skipped = len(subs) - len(todo)
         where = ", ".join(f"GPU {s}" for s in self.slots) if self.slots[0] is not None else \
-            "no GPU: one worker, CPU checks only"
+            "no GPU: CPU checks only"
+        if not self.sandboxed:
+            where += "; no Landlock here, so one submission at a time"
         self.log(f"{len(subs)} submission(s) in {self.folder}: {len(todo)} to grade, {skipped} "
                  f"already graded (--force grades them again); {len(self.slots)} worker(s) "
                  f"({where})")
@@ -188,7 +196,10 @@ class Batch:
                     name, path = jobs.get_nowait()
                 except queue.Empty:
                     return
-                ok, seconds, note = self.grade_one(name, path, slot)
+                try:
+                    ok, seconds, note = self.grade_one(name, path, slot)
+                except Exception as e:  # this submission only: the others go on
+                    ok, seconds, note = False, 0.0, f"{type(e).__name__}: {e}"
                 with self.lock:
                     if not ok:
                         failed.append(name)
@@ -242,7 +253,7 @@ class Batch:
                 try:
                     proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          timeout=limit, start_new_session=True)
+                                          timeout=limit)
                     code = proc.returncode
                 except subprocess.TimeoutExpired:
                     code = None
