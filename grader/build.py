@@ -124,9 +124,31 @@ def _find_cuda_home() -> Path | None:
     return None
 
 
+def _cutlass_headers() -> list[str]:
+    try:
+        import cutlass_library
+    except ImportError:
+        raise BuildError("needs nvidia-cutlass (pip install nvidia-cutlass): its C++ headers are "
+                         "this track's CUTLASS") from None
+    root = Path(cutlass_library.source_path)
+    return [str(root / "include"), str(root / "tools" / "util" / "include")]
+
+
+HEADERS = {"cutlass": _cutlass_headers}  # header packages a track may ask for (`headers`)
+
+
+def track_options(track: Track) -> tuple[list[str], list[str]]:
+    """(include folders, nvcc flags) a track declares beyond the defaults; sets its arch."""
+    includes = [d for h in track.headers for d in HEADERS[h]()]
+    if track.arch:  # one track per process builds: the runner's, or an AOT build's
+        os.environ["TORCH_CUDA_ARCH_LIST"] = track.arch
+    return includes, list(track.cuda_flags)
+
+
 def build(tree: Path, exercise: Exercise, track: Track) -> Built:
     """Compile, link and load the track's sources; raise BuildError with a short summary."""
     includes = _toolchain_env()  # before torch.utils.cpp_extension reads CUDA_HOME on import
+    extra_includes, extra_flags = track_options(track)
     from torch.utils import cpp_extension
     if os.environ.get("CUDA_HOME") and cpp_extension.CUDA_HOME != os.environ["CUDA_HOME"]:
         cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"]  # imported earlier by someone else
@@ -153,8 +175,8 @@ def build(tree: Path, exercise: Exercise, track: Track) -> Built:
                 sources=[str(folder / s) for s in track.sources],
                 build_directory=str(out),
                 extra_cflags=["-O3"],
-                extra_cuda_cflags=["-O3", "-lineinfo"],
-                extra_include_paths=[str(INCLUDE)] + includes,
+                extra_cuda_cflags=["-O3", "-lineinfo"] + extra_flags,
+                extra_include_paths=[str(INCLUDE)] + includes + extra_includes,
                 is_python_module=track.python_module,
                 verbose=False,
             )
@@ -287,7 +309,7 @@ def _fingerprint(folder: Path, track: Track, includes: list[str]) -> str:
         h.update(b"\0")
     h.update(repr((AOT_CFLAGS, AOT_CUDA_CFLAGS, os.environ.get("TORCH_CUDA_ARCH_LIST"),
                    os.environ.get("CXX"), os.environ.get("CUDA_HOME"), includes,
-                   track.extension, track.python_module)).encode())
+                   track.extension, track.python_module, track.cuda_flags)).encode())
     return h.hexdigest()[:16]
 
 
@@ -313,6 +335,8 @@ def build_aot(tree: Path, exercise: Exercise, track: Track, *, timeout_s: float 
     import torch
     tree = Path(tree).resolve()
     includes = _toolchain_env()
+    extra_includes, extra_flags = track_options(track)
+    includes = includes + extra_includes
     folder = tree / exercise.id / track.name
     missing = [s for s in track.sources if not (folder / s).is_file()]
     if missing:
@@ -334,7 +358,7 @@ def build_aot(tree: Path, exercise: Exercise, track: Track, *, timeout_s: float 
         cfg = {"extension": track.extension, "python_module": track.python_module,
                "sources": [str(folder / s) for s in track.sources],
                "include_dirs": [str(INCLUDE)] + includes,
-               "cflags": AOT_CFLAGS, "cuda_cflags": AOT_CUDA_CFLAGS,
+               "cflags": AOT_CFLAGS, "cuda_cflags": AOT_CUDA_CFLAGS + extra_flags,
                "build_lib": str(out), "build_temp": str(out / "build")}
         (out / "setup_aot.py").write_text(_SETUP_SCRIPT)
         (out / "setup_aot.json").write_text(json.dumps(cfg, indent=2))

@@ -41,6 +41,10 @@ class Track:
     cpu: bool                 # the track also runs on CPU tensors (a C++ CPU path)
     start: str                # one-line hint: where a learner starts
     allow: tuple[str, ...] = ()  # PyTorch ops this track may call besides the exercise's
+    arch: str | None = None      # TORCH_CUDA_ARCH_LIST for this track (e.g. "9.0a": wgmma, TMA)
+    cuda_flags: tuple[str, ...] = ()  # extra nvcc flags
+    headers: tuple[str, ...] = ()     # header packages on the include path (grader.build.HEADERS)
+    own_kernels: tuple[str, ...] = ()  # library kernel names that are this track's own (CUTLASS)
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,8 @@ class _Fields:
 
 def _track(f: _Fields, name: str, exercise_id: str) -> Track:
     f.unknown({"files", "sources", "extension", "python_module", "module", "ops_namespace",
-               "entry_points", "cpu", "start", "allow"})
+               "entry_points", "cpu", "start", "allow", "arch", "cuda_flags", "headers",
+               "own_kernels"})
     files = f.strings("files")
     if not files:
         raise f.error("files", "at least one file")
@@ -171,7 +176,10 @@ def _track(f: _Fields, name: str, exercise_id: str) -> Track:
     return Track(name=name, files=files, sources=sources, extension=extension,
                  python_module=f.get("python_module", bool, False), module=module,
                  ops_namespace=namespace, entry_points=entry_points, cpu=f.get("cpu", bool, False),
-                 start=f.get("start", str), allow=_ops_list(f))
+                 start=f.get("start", str), allow=_ops_list(f), arch=f.get("arch", str, None),
+                 cuda_flags=f.strings("cuda_flags", ()),
+                 headers=f.strings("headers", (), allowed=("cutlass",)),
+                 own_kernels=f.strings("own_kernels", ()))
 
 
 def _ops_list(f: _Fields) -> tuple[str, ...]:

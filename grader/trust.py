@@ -73,7 +73,7 @@ def delegation(observed: dict, exercise, track, *, what: str) -> str | None:
         names = ", ".join(sorted(set(ops))[:4])
         return (f"{what} called PyTorch's {names}: {rule_text(exercise, track)}. Compute the "
                 f"result with your kernel instead of torch/ATen operations")
-    own = re.compile("|".join(getattr(track, "library_kernels", ()) or ["(?!)"]), re.I)
+    own = re.compile("|".join(re.escape(k) for k in track.own_kernels) or "(?!)", re.I)
     # [name, stream, launched under an ATen op, launch found]: only kernels whose launch was
     # found are judged (an unattributed kernel is never held against the submission)
     kernels = [k for k in observed.get("kernels") or [] if k[3]]
