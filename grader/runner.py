@@ -175,7 +175,12 @@ class Runner:
                     raise
                 reply = {"ok": False, "error": self._error(e)}
             reply["attempts"] = list(self.attempts.seen)
-            send(self.conn, reply)
+            try:
+                send(self.conn, reply)
+            except Exception as e:  # e.g. an output that cannot be shared: say so, stay up
+                send(self.conn, {"ok": False, "attempts": reply["attempts"], "error": {
+                    "type": type(e).__name__, "base": "RuntimeError",
+                    "message": f"the result could not be sent back to the checks: {e}"}})
 
     def _error(self, e: BaseException) -> dict:
         tree = Path(self.args.tree).resolve()
@@ -229,11 +234,16 @@ class Runner:
         for i in grad:
             args[i] = args[i].detach().requires_grad_(True)
         ins = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        work = any(a.numel() for _, a in ins)
+        # work to judge: every input has elements (an op on an empty batch rightly launches
+        # nothing), decided again below once the outputs are known
+        work = bool(ins) and all(a.numel() for _, a in ins)
         on_gpu = any(a.is_cuda for _, a in ins)
         observed, out = self._observed(lambda: fn(*args, **kwargs),
                                        observe and target[0] != "compiled", work, on_gpu)
         outs = out if isinstance(out, (tuple, list)) else (out,)
+        if observed is not None and not any(isinstance(o, torch.Tensor) and o.numel()
+                                            for o in outs):
+            observed["work"] = False  # nothing to compute: no kernel is owed
         reply = {"single": not isinstance(out, (tuple, list)), "observed": observed}
         if not all(isinstance(o, torch.Tensor) or o is None for o in outs):
             reply["outs"] = tuple(None for _ in outs)
