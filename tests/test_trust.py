@@ -18,7 +18,8 @@ EX = {e.number: e for e in discover()}
 ADD_DEF = "def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
 LAUNCH = "    add_kernel[grid](x, y, out, n, BLOCK=BLOCK, num_warps=NUM_WARPS)\n"
 KERNEL_ADD = "out = x.to(tl.float32) + y.to(tl.float32)"
-FAST = "matches_reference or length_one"  # the checks that matter for these entries
+FAST = "matches_reference or length_one"  # the checks that matter for these entries (02: the
+                                          # first; 01: both)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -235,7 +236,7 @@ def test_returning_something_else(variant, fast):
 # --- the GPU: streams, caching, the benchmark case, the clock ---------------------------------
 
 @pytest.mark.gpu
-def test_delegating_through_at_in_cuda(variant):
+def test_delegating_through_at_in_cuda(variant, fast):
     tree = variant("02_scale", "cuda", {"scale.cu": [
         ("#include <torch/library.h>", "#include <ATen/ops/mul.h>\n#include <torch/library.h>"),
         ("  if (n == 0) return out;  // a launch", "  if (n > 0) return at::mul(x, a);\n  if (n == 0) return out;  // a launch")]})
@@ -244,7 +245,7 @@ def test_delegating_through_at_in_cuda(variant):
 
 
 @pytest.mark.gpu
-def test_a_side_stream_is_a_failed_check(variant):
+def test_a_side_stream_is_a_failed_check(variant, fast):
     tree = variant("02_scale", "cuda", {"scale.cu": [
         ("  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();",
          "  static cudaStream_t side = [] { cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); return s; }();\n"
@@ -255,7 +256,7 @@ def test_a_side_stream_is_a_failed_check(variant):
 
 
 @pytest.mark.gpu
-def test_output_cached_by_pointer(variant):
+def test_output_cached_by_pointer(variant, fast):
     r, s = grade(v01(variant, (ADD_DEF, "_cache = {}\n\n\n" + ADD_DEF +
         "    key = (x.data_ptr(), y.data_ptr(), x.numel())\n"
         "    if key in _cache:\n        return _cache[key]\n"
@@ -268,7 +269,7 @@ def test_output_cached_by_pointer(variant):
 
 
 @pytest.mark.gpu
-def test_special_casing_the_benchmark_size(variant):
+def test_special_casing_the_benchmark_size(variant, fast):
     r, s = grade(v01(variant, (ADD_DEF, ADD_DEF +
         "    if x.numel() == 1 << 28:\n        return torch.empty_like(x)\n")), bench=True)
     p = r.performance or {}
@@ -277,7 +278,7 @@ def test_special_casing_the_benchmark_size(variant):
 
 
 @pytest.mark.gpu
-def test_delegating_only_at_the_benchmark_size(variant):
+def test_delegating_only_at_the_benchmark_size(variant, fast):
     r, s = grade(v01(variant, (ADD_DEF, ADD_DEF + "    if x.numel() == 1 << 28:\n        return x + y\n")),
                  bench=True)
     p = r.performance or {}
@@ -285,7 +286,7 @@ def test_delegating_only_at_the_benchmark_size(variant):
 
 
 @pytest.mark.gpu
-def test_a_patched_timer_is_overruled_by_the_wall_clock(variant):
+def test_a_patched_timer_is_overruled_by_the_wall_clock(variant, fast):
     r, s = grade(v01(variant, ("import torch\n", "import torch\nimport triton.testing as _tt\n"
         "_tt.do_bench = lambda fn, *a, quantiles=None, **k: (fn(), [0.001, 0.001, 0.001])[1]\n")),
         bench=True)
@@ -295,7 +296,8 @@ def test_a_patched_timer_is_overruled_by_the_wall_clock(variant):
 
 
 @pytest.mark.gpu
-def test_a_race_fails(variant):
+def test_a_race_fails(variant, monkeypatch):
+    monkeypatch.setenv("GRADER_SELECT", "forward_matches or rows_longer")
     tree = variant("06_rmsnorm", "cuda", {"rmsnorm.cu": [
         ("  if (lane == 0) shared[warp] = v;\n  __syncthreads();", "  if (lane == 0) shared[warp] = v;")]})
     r, s = grade(tree, "06", "cuda")
