@@ -17,6 +17,7 @@ trust rules (grader.trust) turn it into a failed check: delegation, a side strea
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -138,6 +139,9 @@ class Session:
             from grader.results import describe_exit
             reason = describe_exit(code, None, "") or "the submission's process ended"
         log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        cuda = re.search(r"CUDA error: ([^\n]+)", log)
+        if cuda and "CUDA error" not in reason:  # what broke the context, before it crashed
+            reason += f" after CUDA error: {cuda.group(1).strip()}"
         self.dead = RunnerDied(reason, log)
         raise self.dead
 

@@ -150,3 +150,19 @@ def test_wrong_row_stride(variant):
     bad = failed(out)
     assert "test_strided_x_handled_or_refused[cuda-row stride > N]" in bad, out[-3000:]
     assert "the row index or the row stride" in out, out[-3000:]
+
+
+@pytest.mark.gpu
+def test_dx_only_backward_launches_nothing(variant):
+    """The dx-only backward's grid capped by the number of dw/db partial rows, which is 0 when
+    w and b need no gradient: no kernel runs and dx is never written (the first pass had this
+    bug: the GPU check reported that the backward launched no kernel of its own)."""
+    tree = variant(EX, "cuda", {CU: [("  const int64_t cap = kDwDb ? max_blocks : rows;\n",
+                                      "  const int64_t cap = max_blocks;\n")]})
+    code, out = run_checks(tree, "only_the_gradients")
+    # the ids hold spaces ("grad of x"), which failed() does not capture whole: match the lines
+    fails = lambda wrt: re.search(rf"^FAILED \S+::test_only_the_gradients_asked_for"
+                                  rf"\[cuda-grad of {re.escape(wrt)}\]", out, re.M)
+    assert code != 0 and fails("x"), out[-3000:]
+    assert "launched no kernel" in out or "dx: " in out, out[-3000:]
+    assert not fails("w+b"), out[-3000:]

@@ -22,6 +22,9 @@ DEVICE = "cuda" if HAS_GPU else "cpu"  # the plugin's device parameter for a Tri
 FWD_KEEP = "keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS)\n"
 BWD_KEEP = "keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS)   # regenerated, not loaded"
 COUNTER = "j = row * q + start // 4 + tl.arange(0, BLOCK // 4)"
+COUNTER8 = "j = row * q + start // 8 + tl.arange(0, BLOCK // 8)"   # the HALF_WORDS branch
+# Generator edits are made in both branches of _keep (FOUR_PER_CALL and HALF_WORDS), so the
+# variants stay bad whichever of them the solution switches on.
 
 
 def failures(tree, select: str) -> dict:
@@ -50,7 +53,8 @@ def one_failure(found: dict, name: str) -> str:
 def test_same_numbers_for_every_row(variant):
     """The counter leaves out the row: every row gets the same mask. Values, gradients and the
     kept fraction all look right; only the statistics across rows show it."""
-    tree = variant(EX, "triton", {FILE: [(COUNTER, "j = start // 4 + tl.arange(0, BLOCK // 4)")]})
+    tree = variant(EX, "triton", {FILE: [(COUNTER, "j = start // 4 + tl.arange(0, BLOCK // 4)"),
+                                         (COUNTER8, "j = start // 8 + tl.arange(0, BLOCK // 8)")]})
     found = failures(tree, "test_mask_statistics or test_backward_matches_reference")
     msg = one_failure(found, "test_mask_statistics")
     assert "the rows share random numbers" in msg and "row * N + col" in msg, msg
@@ -84,7 +88,9 @@ def test_backward_draws_another_mask(variant):
 def test_seed_ignored(variant):
     """A constant instead of the seed: every seed gives the same mask."""
     tree = variant(EX, "triton", {FILE: [("tl.rand4x(seed, j, N_ROUNDS)",
-                                          "tl.rand4x(0, j, N_ROUNDS)")]})
+                                          "tl.rand4x(0, j, N_ROUNDS)"),
+                                         ("tl.randint4x(seed, j, N_ROUNDS)",
+                                          "tl.randint4x(0, j, N_ROUNDS)")]})
     found = failures(tree, "test_same_seed_same_mask_other_seed_other_mask")
     msg = one_failure(found, "test_same_seed_same_mask_other_seed_other_mask")
     assert "Another seed must give an independent mask" in msg, msg
@@ -113,10 +119,22 @@ def test_one_pass_variance(variant):
 
 def test_drops_with_probability_1_minus_p(variant):
     """keep = u < p: the kept fraction is p instead of 1 - p."""
-    tree = variant(EX, "triton", {FILE: [("    return u >= p\n", "    return u < p\n")]})
+    tree = variant(EX, "triton", {FILE: [("    return u >= p\n", "    return u < p\n"),
+                                         (" + 0.5 >= p * 65536.0\n", " + 0.5 < p * 65536.0\n")]})
     found = failures(tree, "test_forward_matches_reference")
     msg = one_failure(found, "test_forward_matches_reference")
     assert "kept fraction" in msg or "p = 0 must drop nothing" in msg, msg
+
+
+def test_no_eps_in_the_square_root(variant):
+    """rstd = 1 / sqrt(var): a constant row (variance 0) gives inf * 0 = NaN."""
+    tree = variant(EX, "triton", {FILE: [(
+        "rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)\n        w = tl.load",
+        "rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / N)\n        w = tl.load")]})
+    found = failures(tree, "test_constant_rows or test_p_zero_is_layernorm")
+    msg = one_failure(found, "test_constant_rows")
+    assert "NaN or inf for constant rows" in msg and "add eps before the square root" in msg, msg
+    assert not any(k.startswith("test_p_zero_is_layernorm") for k in found), found
 
 
 @pytest.mark.gpu

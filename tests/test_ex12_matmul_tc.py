@@ -1,7 +1,7 @@
 """Known-bad submissions for exercise 12 (matmul_tc): each must be caught, with the right message.
 
 The bad trees are made from the solutions by small text edits (conftest.variant), so they stay
-in step with the solutions. Triton variants run on the interpreter (float16, small shapes); the
+in step with the solutions. Triton variants run on the interpreter (small shapes); the
 CUTLASS variants need a GPU (and the sm_90a + CUTLASS-include build of the cutlass track).
 """
 import json
