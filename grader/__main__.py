@@ -52,6 +52,13 @@ def _jobs(args, n: int) -> int:
     return max(1, min(n, args.jobs or (os.cpu_count() or 2) // 4))
 
 
+def _exercises(which: str | None):
+    """All exercises, one ('02'), or several ('01,02,06')."""
+    if not which:
+        return discover()
+    return [ex for part in which.split(",") for ex in discover(only=part.strip())]
+
+
 def cmd_grade(args) -> int:
     import torch
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -59,7 +66,7 @@ def cmd_grade(args) -> int:
     from grader.report import feedback, gradescope, junit, scorecard, write_json
     from grader.score import score
 
-    exercises = discover(only=args.exercise)
+    exercises = _exercises(args.exercise)
     tree = _tree(args)
     if args.build:  # read by grader.loader in the submission's process (the environment is passed on)
         os.environ["GRADER_BUILD"] = args.build
@@ -140,7 +147,7 @@ def cmd_batch(args) -> int:
 
 def cmd_bench(args) -> int:
     from grader.bench import bench_command
-    return bench_command(discover(only=args.exercise), _tree(args), Path(args.out))
+    return bench_command(_exercises(args.exercise), _tree(args), Path(args.out))
 
 
 def cmd_list(args) -> int:
@@ -155,7 +162,8 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     for name, default_impl in (("grade", "starter"), ("bench", "solutions")):
         s = sub.add_parser(name)
-        s.add_argument("--exercise", help="one exercise, by number (02) or folder name")
+        s.add_argument("--exercise", help="exercises by number (02) or folder name; several: "
+                                          "01,02,06")
         s.add_argument("--impl", default=default_impl, choices=["starter", "solutions"],
                        help=f"which tree of this repository (default {default_impl})")
         s.add_argument("--submission", help="grade a tree elsewhere, shaped like starter/")
