@@ -228,6 +228,8 @@ def _write_back(pairs) -> None:
     for orig, copy in pairs:
         if orig.device.type == "meta":
             continue  # a shape without data: nothing to write back
+        if torch.equal(orig.detach(), copy):
+            continue  # the common case, one pass without allocating (NaN inputs go on below)
         same = torch.eq(orig.detach(), copy) | (torch.isnan(orig.detach()) & torch.isnan(copy)) \
             if orig.is_floating_point() else torch.eq(orig.detach(), copy)
         if orig.numel() and not bool(same.all()):

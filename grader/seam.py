@@ -124,6 +124,8 @@ def transfer_copy(t: torch.Tensor) -> torch.Tensor:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
     extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
     buf = torch.empty(t.storage_offset() + extent, dtype=t.dtype, device=t.device)
+    if buf.device.type == "cpu":
+        buf.share_memory_()  # into shared memory while empty: the copy below writes it once
     # the storage span the view covers, copied as it lies: also right for views whose elements
     # share memory (an expanded gradient, stride 0)
     buf[t.storage_offset():].copy_(t.as_strided((extent,), (1,), t.storage_offset()))
