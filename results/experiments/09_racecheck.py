@@ -7,9 +7,10 @@ then run the same command under the sanitizer:
     compute-sanitizer --tool racecheck python results/experiments/09_racecheck.py solution
 
 The race variant is the one tests/test_ex09_rmsnorm_quant.py grades (CUDA_SHARED_RACE): the row's
-values parked in the reduction buffer while block_max still reduces through it. Expected:
-hazards reported for the variant, "0 hazards" for the solution. One (8, 4096) bf16 call: 8 blocks
-of 256 threads (8 warps each), so the per-warp slots are all in use.
+values x*w parked in the reduction buffer while block_sum_max still reduces through it (each
+warp's lane 0 writes its (sum, max) pair over the first columns, with no barrier against warp 0's
+parking). Expected: hazards reported for the variant, "0 hazards" for the solution. One
+(8, 4096) bf16 call: 8 blocks of 128 threads (4 warps each), so several warps' slots are in use.
 """
 import shutil
 import sys

@@ -6,9 +6,11 @@
 //
 // Kernels:
 //   rmsnorm_quant_rows_kernel<T, VEC, VPT>   one block per row; each thread loads VPT vectors
-//       of VEC elements (16 bytes when VEC = kVec16<T>) and keeps them in registers through the
-//       sum of squares, the max and the quantization: x is read from memory once. Rows up to
-//       VEC * VPT * 1024 elements (16384 bf16 / 8192 fp32 with 16-byte loads; 8192 one at a time).
+//       of VEC elements (16 bytes when VEC = kVec16<T>) and keeps x*w in registers through ONE
+//       block reduction of the pair (sum x^2, max|x*w|) and the quantization: x is read from
+//       memory once, and the block meets at one barrier per row (max|y| = rstd * max|x*w|).
+//       Rows up to VEC * VPT * 1024 elements (32768 bf16 / 16384 fp32 with 16-byte loads; 8192
+//       one at a time).
 //   rmsnorm_quant_loop_kernel<T>             longer rows: pass 1 sums x^2 and finds max|x*w|
 //       together (rstd > 0 is one number per row, so max|y| = rstd * max|x*w|); pass 2 reads the
 //       row again (mostly from L2) and quantizes.
@@ -20,8 +22,11 @@
 //   read x   2 B each  268.4 MB     write q      1 B each    134.2 MB
 //   read w   8 KB                   write scale  4 B a row   0.13 MB
 //   total 402.8 MB -> 94 us at 4.28 TB/s (copy bandwidth measured on an H200, 2026-11-21)
-// 7 flops per element against ~3 bytes: the ALUs idle; only the bytes count. A block of 256
-// threads per 4096-element row: each thread issues two 16-byte loads and two 8-byte stores.
+// 7 flops per element against ~3 bytes: the ALUs idle; only the bytes count, and what decides
+// how many are in flight is how many rows each SM holds at once (registers) and how long each
+// row's block lives (barriers). A block of 128 threads per 4096-element row: each thread issues
+// four 16-byte loads (and four of w, from L1/L2) and four 8-byte stores; 51 registers (ptxas,
+// sm_90) let 9 such rows share an SM, against 5 for 256 threads of two vectors (42 registers).
 
 #include "common.cuh"
 
@@ -33,7 +38,7 @@ using course::Vec;
 
 constexpr float kQMax = 127.f;
 constexpr int kMaxThreads = 1024;
-constexpr int kVecsPerThread = 2;     // 16-byte path: 4096 bf16 -> 256 threads of 2 vectors
+constexpr int kVecsPerThread = 4;     // 16-byte path: 4096 bf16 -> 128 threads of 4 vectors
 constexpr int kScalarsPerThread = 8;  // one-element path (rows not 16-byte aligned)
 constexpr int kLoopThreads = 1024;
 
@@ -60,6 +65,21 @@ __device__ __forceinline__ RowScale row_scale(float amax) {
   return {safe / kQMax, nonzero ? kQMax / safe : 0.f};
 }
 
+// (sum of squares, max|x*w|) over the block, in ONE exchange: each warp reduces its pair with
+// shuffles, lane 0 parks it in red[warp], one barrier, then every warp reduces the (at most 32)
+// partials itself, so no second barrier and no result slot. Two back-to-back block_sum/block_max
+// calls would cost four barriers, and the second would wait for the first. Call it once per
+// buffer: a second use of `red` would need a barrier after the reads below.
+__device__ __forceinline__ float2 block_sum_max(float ss, float mx, float2* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  ss = course::warp_sum(ss);
+  mx = course::warp_max(mx);
+  if (lane == 0) red[warp] = make_float2(ss, mx);
+  __syncthreads();
+  const float2 p = lane < warps ? red[lane] : make_float2(0.f, 0.f);  // |x*w| >= 0: 0 is neutral
+  return make_float2(course::warp_sum(p.x), course::warp_max(p.y));
+}
+
 template <typename T, int VEC, int VPT>
 __global__ void __launch_bounds__(kMaxThreads)
 rmsnorm_quant_rows_kernel(const T* __restrict__ x,      // [rows, N], row r at x + r * row_stride
@@ -67,44 +87,33 @@ rmsnorm_quant_rows_kernel(const T* __restrict__ x,      // [rows, N], row r at x
                           int8_t* __restrict__ q,       // [rows, N] contiguous
                           float* __restrict__ scale,    // [rows]
                           int64_t row_stride, int N, float eps) {
-  __shared__ float red[33];  // block_sum / block_max scratch (common.cuh: 32 warps + a result)
+  __shared__ float2 red[32];  // block_sum_max's (sum, max) per warp: nothing else here
   const T* xr = x + int64_t(blockIdx.x) * row_stride;
   int8_t* qr = q + int64_t(blockIdx.x) * N;
 
-  // this thread's part of the row, in registers from the load to the store
+  // this thread's part of the row, x*w in registers from the load to the store
   float v[VPT][VEC];
-  float ss = 0.f;
+  float ss = 0.f, mx = 0.f;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int c = (k * blockDim.x + threadIdx.x) * VEC;
     if (c < N) {
       const Vec<T, VEC> xv = *reinterpret_cast<const Vec<T, VEC>*>(xr + c);
+      const Vec<T, VEC> wv = *reinterpret_cast<const Vec<T, VEC>*>(w + c);  // L1/L2 hits
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        v[k][j] = to_float(xv.v[j]);
-        ss += v[k][j] * v[k][j];
+        const float xf = to_float(xv.v[j]);
+        ss += xf * xf;
+        v[k][j] = xf * to_float(wv.v[j]);
+        mx = fmaxf(mx, fabsf(v[k][j]));
       }
     }
   }
-  const float rstd = rsqrtf(course::block_sum(ss, red) / N + eps);
-
-  float amax = 0.f;
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int c = (k * blockDim.x + threadIdx.x) * VEC;
-    if (c < N) {
-      const Vec<T, VEC> wv = *reinterpret_cast<const Vec<T, VEC>*>(w + c);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        v[k][j] = (v[k][j] * to_float(wv.v[j])) * rstd;
-        amax = fmaxf(amax, fabsf(v[k][j]));
-      }
-    }
-  }
-  // block_max reuses `red` right after block_sum: safe, because block_sum's result sits in
-  // red[32] and the barrier inside block_max comes after every thread has read it. Parking
-  // anything else in `red` meanwhile (the seed keeps the row's values there) races.
-  const RowScale s = row_scale(course::block_max(amax, red));
+  // One block reduction for both: rstd > 0 is one number per row, so max|y| = rstd * max|x*w|
+  // (fp32 rounding is monotonic: exactly the largest |(x*w)*rstd| computed below).
+  const float2 red_out = block_sum_max(ss, mx, red);
+  const float rstd = rsqrtf(red_out.x / N + eps);
+  const RowScale s = row_scale(red_out.y * rstd);
   if (threadIdx.x == 0) scale[blockIdx.x] = s.scale;
 
 #pragma unroll
@@ -113,7 +122,7 @@ rmsnorm_quant_rows_kernel(const T* __restrict__ x,      // [rows, N], row r at x
     if (c < N) {
       Vec<int8_t, VEC> qv;  // VEC bytes: one 8-byte store for bf16/fp16, 4 bytes for fp32
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) qv.v[j] = quantize(v[k][j], s.inv);
+      for (int j = 0; j < VEC; ++j) qv.v[j] = quantize(v[k][j] * rstd, s.inv);
       *reinterpret_cast<Vec<int8_t, VEC>*>(qr + c) = qv;
     }
   }
@@ -124,7 +133,7 @@ __global__ void __launch_bounds__(kLoopThreads)
 rmsnorm_quant_loop_kernel(const T* __restrict__ x, const T* __restrict__ w,
                           int8_t* __restrict__ q, float* __restrict__ scale,
                           int64_t row_stride, int N, float eps) {
-  __shared__ float red[33];
+  __shared__ float2 red[32];
   const T* xr = x + int64_t(blockIdx.x) * row_stride;
   int8_t* qr = q + int64_t(blockIdx.x) * N;
   float ss = 0.f, mx = 0.f;
@@ -133,9 +142,10 @@ rmsnorm_quant_loop_kernel(const T* __restrict__ x, const T* __restrict__ w,
     ss += xv * xv;
     mx = fmaxf(mx, fabsf(xv * to_float(w[c])));
   }
-  const float rstd = rsqrtf(course::block_sum(ss, red) / N + eps);
+  const float2 red_out = block_sum_max(ss, mx, red);
+  const float rstd = rsqrtf(red_out.x / N + eps);
   // fp32 rounding is monotonic: rstd * max|x*w| is exactly the largest |(x*w)*rstd| below
-  const RowScale s = row_scale(course::block_max(mx, red) * rstd);
+  const RowScale s = row_scale(red_out.y * rstd);
   if (threadIdx.x == 0) scale[blockIdx.x] = s.scale;
   for (int c = threadIdx.x; c < N; c += blockDim.x)
     qr[c] = quantize((to_float(xr[c]) * to_float(w[c])) * rstd, s.inv);

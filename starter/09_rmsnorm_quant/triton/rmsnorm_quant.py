@@ -7,8 +7,8 @@
 Read the exercise README first (the bytes, the ideal time, the rounding rule). Run the checks
 with `make exercise-09` or `python -m grader grade --exercise 09`.
 
-On this machine kernels run on Triton's CPU interpreter: convert every load to tl.float32
-before any arithmetic (the interpreter gets bf16 arithmetic wrong), and note that
+On this machine kernels run on Triton's CPU interpreter. Convert every load to tl.float32
+before any arithmetic (fp32 math, as the README's hints say), and note that
 triton.language.extra.libdevice is not available there (the README's hints say how to round).
 """
 import torch
