@@ -55,7 +55,8 @@ def host_ms(fn, *, grad_to_none=None, calls: int = 20) -> float:
     import torch
     fn()
     torch.cuda.synchronize()
-    torch.cuda._sleep(int(2e9))  # ~1 s of GPU cycles ahead of the calls
+    torch.cuda._sleep(int(2e8))  # ~0.1 s of GPU cycles ahead of the calls: far more than 20
+    #                              enqueues take (a host-bound op needs ~1 ms each)
     start = time.perf_counter()
     for _ in range(calls):
         for t in grad_to_none or ():
