@@ -274,7 +274,9 @@ class Runner:
         leaves, outs, observe = self.graphs[graph]
         pairs = [(o, g) for o, g in zip(outs, grads)
                  if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
-        work = any(l.numel() for l in leaves)
+        # as for a call: no kernel is owed when an input or the incoming gradient is empty (the
+        # gradient of a sum over no rows is a fill of zeros)
+        work = all(l.numel() for l in leaves) and all(g.numel() for _, g in pairs)
         on_gpu = any(l.is_cuda for l in leaves)
         observed, res = self._observed(
             lambda: torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs],

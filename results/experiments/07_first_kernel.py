@@ -16,7 +16,8 @@ the same run, by the bytes of reference.traffic (backward: 805.6 MB). These set 
 in exercises/07_layernorm/exercise.toml (pass: near "first"; full: near the solution).
 
 --sweep-constants also builds the solution with other kFwdPersistent / kFwdVecsPerThread /
-kBwdVecsPerThread / kBwdBlocksPerSM (each in a process of its own: ~20 s a build) and prints the same rows.
+kBwdVecsPerThread / kBwdBlocksPerSM and register caps (__launch_bounds__) for the forward and
+the backward (8 variants, each in a process of its own: ~20 s a build) and prints the same rows.
 """
 import ctypes
 import importlib.util
@@ -256,11 +257,28 @@ def main():
 
 
 CONSTANTS = {
-    "fwd_block_per_row": [("constexpr bool kFwdPersistent = true;", "constexpr bool kFwdPersistent = false;")],
+    # the solution's forward is one block per row since 2026-11-22 (persistent: 248.5 us, H200)
+    "fwd_persistent": [("constexpr bool kFwdPersistent = false;", "constexpr bool kFwdPersistent = true;")],
     "fwd_vpt2": [("constexpr int kFwdVecsPerThread = 1;", "constexpr int kFwdVecsPerThread = 2;")],
     "bwd_vpt2": [("constexpr int kBwdVecsPerThread = 1;", "constexpr int kBwdVecsPerThread = 2;")],
     "bwd_bps1": [("constexpr int kBwdBlocksPerSM = 2;", "constexpr int kBwdBlocksPerSM = 1;")],
     "bwd_bps4": [("constexpr int kBwdBlocksPerSM = 2;", "constexpr int kBwdBlocksPerSM = 4;")],
+    # ptxas (CUDA 13.0, sm_90): the bf16 backward with dx and dw/db uses 98 registers, so only
+    # one 512-thread block fits an SM (16 warps). Capped at 64 (2 blocks, 32 warps) it spills
+    # ~150 bytes per thread: which wins is this row.
+    "bwd_launch_bounds_2": [(
+        "template <typename T, int VEC, int K, bool kDx, bool kDwDb>\n"
+        "__global__ void __launch_bounds__(kMaxThreads)",
+        "template <typename T, int VEC, int K, bool kDx, bool kDwDb>\n"
+        "__global__ void __launch_bounds__(kMaxThreads, 2)")],
+    # the bf16 forward uses 52 registers: 2 blocks of 512 threads per SM. Capped at 32 (4
+    # blocks) it spills ~90 bytes per thread; capped at 40 (3 blocks) less
+    "fwd_launch_bounds_4": [(
+        "template <typename T, int VEC, int K>\n__global__ void __launch_bounds__(kMaxThreads)",
+        "template <typename T, int VEC, int K>\n__global__ void __launch_bounds__(kMaxThreads, 4)")],
+    "fwd_launch_bounds_3": [(
+        "template <typename T, int VEC, int K>\n__global__ void __launch_bounds__(kMaxThreads)",
+        "template <typename T, int VEC, int K>\n__global__ void __launch_bounds__(kMaxThreads, 3)")],
 }
 
 

@@ -15,10 +15,10 @@
 // Contents:
 //   Welford, welford_vec, welford_combine   the statistics: (count, mean, M2) and how two merge
 //   block_welford, block_sum2                reductions over the block (warp shuffles + shared)
-//   layernorm_fwd_kernel   persistent: one wave of blocks, each looping over rows with the next
-//                          row prefetched; the row stays in registers (16-byte loads); one
-//                          Welford pass gives mean and variance, a second pass over the
-//                          registers writes y
+//   layernorm_fwd_kernel   one block per row (or, with kFwdPersistent, one wave of blocks
+//                          looping over rows with the next row prefetched); the row stays in
+//                          registers (16-byte loads); one Welford pass gives mean and variance,
+//                          a second pass over the registers writes y
 //   layernorm_bwd_kernel   persistent: ~SMs x 2 blocks, each looping over rows with the next row
 //                          prefetched; dw/db summed in fp32 registers, written once per block as
 //                          a row of partials; kDx / kDwDb compile out what autograd did not ask for
@@ -45,9 +45,13 @@ constexpr int kMaxThreads = 512;   // per block
 constexpr int kFwdVecsPerThread = 1;
 constexpr int kBwdVecsPerThread = 1;
 constexpr int kBwdBlocksPerSM = 2;  // persistent backward: blocks per SM (at most)
-// Forward grid: persistent (one wave of blocks looping over rows, the next row prefetched) or
-// one block per row (the 06 rmsnorm forward's shape: 84% of copy on an H200).
-constexpr bool kFwdPersistent = true;
+// Forward grid: one block per row (the 06 rmsnorm forward's shape: 84% of copy on an H200), or
+// persistent (one wave of blocks looping over rows, the next row prefetched). Persistent
+// measured 248.5 us at (32768, 4096) bf16, 50.6% of copy (H200, 2026-11-22,
+// results/gpu-2026-11-22/first-kernels.txt). Our reading, not yet measured apart: each block
+// of the wave waits at its barriers with at most two rows in flight, while one block per row
+// lets the hardware refill an SM with a fresh row's loads as soon as any block retires.
+constexpr bool kFwdPersistent = false;
 
 // 16-bit values to the math type and back. PyTorch builds extensions with
 // -D__CUDA_NO_HALF_CONVERSIONS__ and -D__CUDA_NO_BFLOAT16_CONVERSIONS__, so __half and
@@ -164,11 +168,19 @@ __device__ __forceinline__ void block_sum2(A& a, A& b, A (*shared)[33]) {
 __device__ __forceinline__ float rsqrt_(float v) { return rsqrtf(v); }
 __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
 
+// g = dy * w rounded on its own, never fused into a later add: nvcc contracts a * b + c into one
+// fma by default, so `dy * w - c1` in pass 2 would keep dy * w unrounded while s1 (pass 1) summed
+// it rounded. For N = 1 (x̂ = 0, s1 = g, exact dx = 0) that leaves the rounding error of dy * w,
+// times rstd = 1/sqrt(eps) = 316: 1.5e-5 instead of 0 (measured on an H200, 2026-11-22). With
+// the same rounded g in both passes, g - s1 / N is exactly 0 there.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
 // ---------------------------------------------------------------------------------------------
-// Forward: a persistent grid, as many blocks as fit on the GPU at once (or one block per row
-// with kFwdPersistent = false). Block p takes rows p, p + P, p + 2P, ... (P = gridDim.x); w and
-// b are loaded once per block, and the next row's x is loading while this row is reduced and
-// written, so the memory system always has a row in flight per block. A row is nvec = N / VEC
+// Forward: one block per row (the loop below then runs once), or with kFwdPersistent a
+// persistent grid, as many blocks as fit on the GPU at once: block p takes rows p, p + P,
+// p + 2P, ... (P = gridDim.x); w and b are loaded once per block, and the next row's x is
+// loading while this row is reduced and written. A row is nvec = N / VEC
 // vectors; thread t owns vectors t, t + blockDim, ...; the first K of them stay in registers,
 // any further ones (rows longer than K * blockDim * VEC elements) are read again for the
 // second pass (from L2: the row was just read). x's rows are ldx elements apart (a view such as
@@ -270,6 +282,13 @@ layernorm_fwd_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__
 // kDx / kDwDb: which gradients autograd asked for (ctx.needs_input_grad). Without dx there is
 // no reduction over the row at all; without dw/db no partials.
 
+// Registers: ptxas (CUDA 13.0, sm_90) gives the bf16 kernel with dx and dw/db 98 registers, so
+// one block of 512 threads fits an SM, with one row of x and dy (16 KB) prefetched per SM; the
+// 44% of copy measured on an H200 (2026-11-22) is about what that keeps in flight (132 x 16 KB
+// at ~1 us of latency: ~2 TB/s). __launch_bounds__(kMaxThreads, 2) would fit two blocks, at
+// ~150 bytes of spills per thread; in 06 capping the backward's registers spilled and got
+// slower, so it is not done blind: results/experiments/07_first_kernel.py --sweep-constants
+// times it (bwd_launch_bounds_2).
 template <typename T, int VEC, int K, bool kDx, bool kDwDb>
 __global__ void __launch_bounds__(kMaxThreads)
 layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t ldx,
@@ -337,7 +356,7 @@ layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t 
         for (int j = 0; j < VEC; ++j) {
           const A xh = (to_math(xc[k].v[j]) - mu) * rs, d = to_math(dyc[k].v[j]);
           if (kDx) {
-            const A g = d * to_math(wc[k].v[j]);
+            const A g = mul_rn(d, to_math(wc[k].v[j]));
             s1 += g;
             s2 += g * xh;
           }
@@ -356,7 +375,7 @@ layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t 
       for (int j = 0; j < VEC; ++j) {
         const A xh = (to_math(xv.v[j]) - mu) * rs, d = to_math(dyv.v[j]);
         if (kDx) {
-          const A g = d * to_math(wk.v[j]);
+          const A g = mul_rn(d, to_math(wk.v[j]));
           s1 += g;
           s2 += g * xh;
         }
@@ -379,7 +398,7 @@ layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t 
 #pragma unroll
           for (int j = 0; j < VEC; ++j) {
             const A xh = (to_math(xc[k].v[j]) - mu) * rs;
-            const A g = to_math(dyc[k].v[j]) * to_math(wc[k].v[j]);
+            const A g = mul_rn(to_math(dyc[k].v[j]), to_math(wc[k].v[j]));
             out.v[j] = from_math<T>(rs * (g - c1 - xh * c2));
           }
           dxr[i] = out;
@@ -391,7 +410,7 @@ layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t 
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
           const A xh = (to_math(xv.v[j]) - mu) * rs;
-          const A g = to_math(dyv.v[j]) * to_math(wk.v[j]);
+          const A g = mul_rn(to_math(dyv.v[j]), to_math(wk.v[j]));
           out.v[j] = from_math<T>(rs * (g - c1 - xh * c2));
         }
         dxr[i] = out;
@@ -501,8 +520,12 @@ int64_t bwd(const T* dy, const T* x, int64_t ldx, const T* w, const typename Acc
   int per_sm = 0;
   // as many blocks as fit on the GPU at once (a persistent grid must not run in waves)
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  // max_blocks is the number of partial rows allocated: it caps the grid only when the kernel
+  // writes partials (kDwDb). A dx-only backward has no partials (max_blocks = 0): capping it
+  // there would launch nothing and hand back dx uninitialized.
+  const int64_t cap = kDwDb ? max_blocks : rows;
   const int64_t blocks = std::min<int64_t>(
-      max_blocks, int64_t(course::num_sms()) * std::clamp(per_sm, 1, kBwdBlocksPerSM));
+      cap, int64_t(course::num_sms()) * std::clamp(per_sm, 1, kBwdBlocksPerSM));
   if (blocks > 0) {
     kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(dy, x, ldx, w, mean, rstd, dx,
                                                                   part_w, part_b, rows, N);

@@ -17,10 +17,10 @@
 // Contents:
 //   Welford, welford_vec, welford_combine   the statistics: (count, mean, M2) and how two merge
 //   block_welford, block_sum2                reductions over the block (warp shuffles + shared)
-//   layernorm_fwd_kernel   persistent: one wave of blocks, each looping over rows with the next
-//                          row prefetched; the row stays in registers (16-byte loads); one
-//                          Welford pass gives mean and variance, a second pass over the
-//                          registers writes y
+//   layernorm_fwd_kernel   one block per row (or, with kFwdPersistent, one wave of blocks
+//                          looping over rows with the next row prefetched); the row stays in
+//                          registers (16-byte loads); one Welford pass gives mean and variance,
+//                          a second pass over the registers writes y
 //   layernorm_bwd_kernel   persistent: ~SMs x 2 blocks, each looping over rows; dw/db summed in
 //                          fp32 registers, written once per block as a row of partials; kDx /
 //                          kDwDb compile out what autograd did not ask for
@@ -47,9 +47,13 @@ constexpr int kMaxThreads = 512;   // per block
 constexpr int kFwdVecsPerThread = 1;
 constexpr int kBwdVecsPerThread = 1;
 constexpr int kBwdBlocksPerSM = 2;  // persistent backward: blocks per SM (at most)
-// Forward grid: persistent (one wave of blocks looping over rows, the next row prefetched) or
-// one block per row (the 06 rmsnorm forward's shape: 84% of copy on an H200).
-constexpr bool kFwdPersistent = true;
+// Forward grid: one block per row (the 06 rmsnorm forward's shape: 84% of copy on an H200), or
+// persistent (one wave of blocks looping over rows, the next row prefetched). Persistent
+// measured 248.5 us at (32768, 4096) bf16, 50.6% of copy (H200, 2026-11-22,
+// results/gpu-2026-11-22/first-kernels.txt). Our reading, not yet measured apart: each block
+// of the wave waits at its barriers with at most two rows in flight, while one block per row
+// lets the hardware refill an SM with a fresh row's loads as soon as any block retires.
+constexpr bool kFwdPersistent = false;
 
 // 16-bit values to the math type and back. PyTorch builds extensions with
 // -D__CUDA_NO_HALF_CONVERSIONS__ and -D__CUDA_NO_BFLOAT16_CONVERSIONS__, so __half and
@@ -153,10 +157,10 @@ __device__ __forceinline__ float rsqrt_(float v) { return rsqrtf(v); }
 __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
 
 // ---------------------------------------------------------------------------------------------
-// Forward: a persistent grid, as many blocks as fit on the GPU at once (or one block per row
-// with kFwdPersistent = false). Block p takes rows p, p + P, p + 2P, ... (P = gridDim.x); w and
-// b are loaded once per block, and the next row's x is loading while this row is reduced and
-// written, so the memory system always has a row in flight per block. A row is nvec = N / VEC
+// Forward: one block per row (the loop below then runs once), or with kFwdPersistent a
+// persistent grid, as many blocks as fit on the GPU at once: block p takes rows p, p + P,
+// p + 2P, ... (P = gridDim.x); w and b are loaded once per block, and the next row's x is
+// loading while this row is reduced and written. A row is nvec = N / VEC
 // vectors; thread t owns vectors t, t + blockDim, ...; the first K of them stay in registers,
 // any further ones (rows longer than K * blockDim * VEC elements) are read again for the
 // second pass (from L2: the row was just read). x's rows are ldx elements apart (a view such as
@@ -295,8 +299,11 @@ int64_t bwd(const T* dy, const T* x, int64_t ldx, const T* w, const typename Acc
   int per_sm = 0;
   // as many blocks as fit on the GPU at once (a persistent grid must not run in waves)
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  // max_blocks is the number of partial rows allocated: it caps the grid only when the kernel
+  // writes partials (kDwDb). A dx-only backward has no partials (max_blocks = 0).
+  const int64_t cap = kDwDb ? max_blocks : rows;
   const int64_t blocks = std::min<int64_t>(
-      max_blocks, int64_t(course::num_sms()) * std::clamp(per_sm, 1, kBwdBlocksPerSM));
+      cap, int64_t(course::num_sms()) * std::clamp(per_sm, 1, kBwdBlocksPerSM));
   if (blocks > 0) {
     kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(dy, x, ldx, w, mean, rstd, dx,
                                                                   part_w, part_b, rows, N);
