@@ -29,6 +29,8 @@ def test_points_are_proportional_and_gpu_checks_earn_nothing():
     r.performance = {"status": "measured", "credit": 0.5}
     s = score(ex, r)
     assert s.correctness == pytest.approx(ex.points["correctness"] * 2 / 4)
-    assert s.performance == pytest.approx(ex.points["performance"] * 0.5)
+    assert s.performance == 0  # timed, shown, but no points while a correctness check fails
+    r.checks[2].outcome = "passed"
+    assert score(ex, r).performance == pytest.approx(ex.points["performance"] * 0.5)
     r.build = {"ok": False}
     assert score(ex, r).total == 0
