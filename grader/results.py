@@ -48,7 +48,8 @@ class TrackResult:
     @property
     def all_correct(self) -> bool:
         """Every correctness check that ran passed (and some ran): performance may earn points."""
-        ran = [c for c in self.checks if c.category == "correctness" and c.outcome != "skipped"]
+        ran = [c for c in self.checks if c.category == "correctness"
+               and c.outcome not in ("skipped", "needs a GPU")]
         return bool(ran) and all(c.outcome == "passed" for c in ran)
 
     @property
