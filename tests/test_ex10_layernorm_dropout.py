@@ -19,8 +19,8 @@ FILE = "layernorm_dropout.py"
 TIMEOUT_S = 600
 DEVICE = "cuda" if HAS_GPU else "cpu"  # the plugin's device parameter for a Triton track
 
-FWD_KEEP = "keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS)\n"
-BWD_KEEP = "keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS)   # regenerated, not loaded"
+FWD_KEEP = "keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS, HALF)\n"
+BWD_KEEP = "keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS, HALF)   # regenerated, not loaded"
 COUNTER = "j = row * q + start // 4 + tl.arange(0, BLOCK // 4)"
 COUNTER8 = "j = row * q + start // 8 + tl.arange(0, BLOCK // 8)"   # the HALF_WORDS branch
 # Generator edits are made in both branches of _keep (FOUR_PER_CALL and HALF_WORDS), so the

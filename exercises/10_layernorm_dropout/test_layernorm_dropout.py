@@ -316,18 +316,70 @@ def test_kept_values_are_rescaled(impl, ref, device):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_constant_rows(impl, ref, exercise, device, dtype):
-    """A constant row has variance 0: rstd = 1/sqrt(eps), y = b (kept) or 0, finite gradients."""
+    """A constant row has variance 0: rstd = 1/sqrt(eps), y = b (kept) or 0, finite gradients.
+
+    The bound for those rows, derived. In exact math x - mean is 0 there; in float32 the mean
+    of N equal values c is c only up to the rounding of N - 1 additions (in any order) and of a
+    division (Triton's default fp32 division may be off by 2 ulp): |mean - c| <= d = (N + 2) u |c|,
+    u = 2^-24. Then x - mean = delta (|delta| <= d, computed exactly), the variance is delta^2
+    (<< eps) and x-hat = delta * rstd with rstd ~ 1/sqrt(eps) ~ 316: up to h = d / sqrt(eps)
+    (2.2e-3 for c = 3, N = 37), where the float64 reference has exactly 0. Hence, in those rows:
+      y  = b * scale + x-hat * w * scale:            atol + h * max|w| * scale
+      dx = rstd * (wg - mean(wg) - x-hat * mean(x-hat * wg)), every rounding of the bracket
+           times rstd, plus rstd * h^2 * max|wg| (the x-hat term) and as much again (rstd is
+           1/sqrt(delta^2 + eps), relatively h^2 / 2 off):    (atol + 2 h^2 max|wg|) * rstd
+      dw = sum over rows of g * x-hat: each constant row adds up to h * max|g|
+    The other rows keep the usual tolerance. An implementation that subtracts a pivot (the
+    row's first element) before summing gets delta = 0 and y = b exactly.
+    """
     shape = (6, 37)
+    constant = [1, 4]
+    others = [r for r in range(shape[0]) if r not in constant]
     x, w, b, dy = _inputs(shape, 14, dtype, device)
     x[1] = 3.0
     x[4] = -0.5
-    (y,), grads = value_and_grads(impl.layernorm_dropout, x, w, b, 0.25, 8, EPS, wrt=(0, 1, 2),
-                                  dy=dy)
-    for name, t in (("y", y),) + tuple(zip(("dx", "dw", "db"), grads)):
+    p, rng = 0.25, 8
+    (y,), got = value_and_grads(impl.layernorm_dropout, x, w, b, p, rng, EPS, wrt=(0, 1, 2),
+                                dy=dy)
+    for name, t in (("y", y),) + tuple(zip(("dx", "dw", "db"), got)):
         if not bool(torch.isfinite(t).all()):
             raise Mismatch(f"{name} has NaN or inf for constant rows (variance 0): add eps "
                            f"before the square root, rstd = 1 / sqrt(var + eps)")
-    _grads_checked(impl, ref, exercise, x, w, b, 0.25, 8, dy, shape=shape, rows="constant")
+    keep = y != 0
+    (want_y,), want = expected_grads(
+        lambda xx, ww, bb: ref.with_mask(xx, ww, bb, keep, p, EPS), x, w, b, wrt=(0, 1, 2),
+        dy=dy)
+    ctx = {"p": p, "rng_seed": rng, "shape": shape}
+    tol = _tol(exercise, dtype, p)
+    n = shape[-1]
+    scale = _scale(p)
+    rstd = EPS ** -0.5
+    d = (n + 2) * 2.0 ** -24 * float(x[constant].double().abs().max())
+    h = d * rstd
+    g = dy.double() * keep.double() * scale
+    max_w = float(w.double().abs().max())
+    max_g = float(g[constant].abs().max())
+    max_wg = float((w.double() * g)[constant].abs().max())
+    const_tol = {"y": dict(tol, atol=tol["atol"] + h * max_w * scale),
+                 "dx": dict(tol, atol=(tol["atol"] + 2 * h * h * max_wg) * rstd)}
+    dw_tol = sum_tol(tol, shape[0], dtype)
+    dw_tol["atol"] += h * max_g * len(constant)
+    for name, t, e in (("y", y, want_y), ("dx", got[0], want[0])):
+        check.assert_close(t[others], e[others], tol=tol, dtype=dtype,
+                           what=f"{name} in the rows {others} (not constant)", **ctx)
+        try:
+            check.assert_close(t[constant], e[constant], tol=const_tol[name], dtype=dtype,
+                               what=f"{name} in the constant rows {constant} (variance 0, "
+                                    f"rstd = 1/sqrt(eps))", **ctx)
+        except Mismatch as err:
+            raise Mismatch(f"{err}\n  The bound allows the float32 mean of N equal values to be "
+                           f"off by (N + 2) u |c|, times rstd = 1/sqrt(eps): further off, the "
+                           f"variance or the mean of these rows is wrong (compute the mean first, "
+                           f"then mean((x - mean)^2), with padding lanes masked out)") from None
+    check.assert_close(got[1], want[1], tol=dw_tol, dtype=dtype, what="dw (constant rows: "
+                       "x-hat ~ 0 there)", **ctx)
+    check.assert_close(got[2], want[2], tol=sum_tol(tol, shape[0], dtype), dtype=dtype,
+                       what="db", **ctx)
 
 
 def test_large_offset(impl, ref, device):

@@ -21,12 +21,17 @@ of 2 wide multiplies + xors, ~80 integer instructions, and yields 4 uint32. tl.r
 calls it once per element and keeps one of the four; at ~1e12 elements/s (the bandwidth-bound
 rate for bf16 on an H200) that is ~8e13 instructions/s, more than the ~3.3e13 thread
 instructions/s an H200 issues. So we take all four (tl.rand4x) and spread them over four
-neighbouring columns: one call per 4 elements, ~20 instructions per element. Whether that is
-enough is measured by results/experiments/10_first_kernel.py (FOUR_PER_CALL on and off).
+neighbouring columns: one call per 4 elements, ~20 instructions per element.
+Measured on an H200, 2026-11-22 (results/gpu-2026-11-22/first-kernels.txt), forward of
+(32768, 4096) bf16, copy 4266 GB/s: tl.rand per element 508.3 us (24.8% of copy), tl.rand4x
+251.3 us (50.1%), tl.rand4x with 7 rounds 223.5 us (56.3%; the default here, N_ROUNDS). Still
+compute-bound: the next step is fewer Philox calls per element (HALF_WORDS: 16-bit uniforms,
+one call per 8 elements; not yet measured).
 
 Which element gets which number (any rule works as long as it depends on (seed, row, column)
 only, never on the launch): row r has Q = ceil(N / 4) counters r*Q .. r*Q + Q-1; counter
-r*Q + j yields the numbers of columns 4j, 4j+1, 4j+2, 4j+3.
+r*Q + j yields the numbers of columns 4j, 4j+1, 4j+2, 4j+3 (HALF_WORDS: Q = ceil(N / 8), and
+counter r*Q + j the sixteen 16-bit halves of columns 8j .. 8j+7).
 
 Not a triton_op: an autograd.Function has far less host overhead per call in eager mode (the
 06 Triton track measured ~776 us of CPU time per fwd+bwd step with triton_ops, for ~375 us of
@@ -44,18 +49,34 @@ import triton.language as tl
 MAX_FWD_BLOCK = 16384
 MAX_BWD_BLOCK = 8192    # the backward holds x, dy, w and two accumulators per column
 LOOP_BLOCK = 4096
-N_ROUNDS = 10           # Philox4x32-10, as cuRAND and Triton's default
+N_ROUNDS = 7            # Philox4x32-7 passes BigCrush (Salmon et al. 2011, who add 3 rounds
+                        # as a safety margin: Triton's default 10). Measured on an H200,
+                        # 2026-11-22: forward 251.3 us with 10 rounds, 223.5 us with 7
 FOUR_PER_CALL = True    # one Philox call per 4 elements (tl.rand4x); False: tl.rand per element
+HALF_WORDS = False      # True: 16-bit uniforms, two per 32-bit word, one Philox call per 8
+                        # elements; p then counts in steps of 2^-16 (the drop probability is
+                        # round(p * 65536) / 65536, within 7.6e-6 of p). Not yet measured on a GPU
 PROGRAMS_PER_SM = 4     # backward programs per SM (persistent: each loops over several rows)
 CPU_PROGRAMS = 4        # on the interpreter: a few programs, so the row loop is exercised
 
 
 @triton.jit
 def _keep(seed, row, start, N, p, BLOCK: tl.constexpr, FOUR: tl.constexpr,
-          N_ROUNDS: tl.constexpr):
+          N_ROUNDS: tl.constexpr, HALF: tl.constexpr):
     """keep (True) or drop for columns start .. start+BLOCK-1 of `row`: from (seed, row, column)
     only, so the forward and the backward, whatever their block sizes, draw the same numbers."""
-    if FOUR:
+    if HALF:
+        # 8 columns per counter: row r has Q = ceil(N / 8) counters; counter r*Q + j gives the
+        # words w0..w3, and column 8j + 2i + h gets the 16-bit half h of word i
+        q = (N + 7) // 8
+        j = row * q + start // 8 + tl.arange(0, BLOCK // 8)
+        w0, w1, w2, w3 = tl.randint4x(seed, j, N_ROUNDS)
+        words = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), [BLOCK // 2])  # 4j + i
+        u16 = tl.reshape(tl.join(words & 0xFFFF, (words >> 16) & 0xFFFF), [BLOCK])
+        # drop when u16 + 1/2 < 65536 p (exact in float32): round(65536 p) of the 65536 values,
+        # probability within 2^-17 of p; p = 0 drops none, p = 1 all
+        return u16.to(tl.float32) + 0.5 >= p * 65536.0
+    elif FOUR:
         q = (N + 3) // 4                                  # counters per row
         j = row * q + start // 4 + tl.arange(0, BLOCK // 4)
         u0, u1, u2, u3 = tl.rand4x(seed, j, N_ROUNDS)     # columns 4j, 4j+1, 4j+2, 4j+3
@@ -72,9 +93,8 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr,      # x, y: [M, N]; w, b: [N]
                 N, eps, p, seed,
                 scale_hi, scale_lo,              # 1/(1-p) = hi + lo (two floats: fp64 exact)
                 BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, F64: tl.constexpr,
-                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr):
+                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr, HALF: tl.constexpr):
     # math in float32 (float64 for float64 inputs): convert every load before any arithmetic
-    # (Triton's CPU interpreter gets bf16 arithmetic wrong)
     acc_ty = tl.float64 if F64 else tl.float32
     scale = tl.cast(scale_hi, acc_ty) + tl.cast(scale_lo, acc_ty)
     row = tl.program_id(0).to(tl.int64)          # int64: row * N passes 2^31 on big inputs
@@ -91,7 +111,7 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr,      # x, y: [M, N]; w, b: [N]
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(acc_ty)
         b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(acc_ty)
         z = xc * rstd * w + b
-        keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS)
+        keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS, HALF)
         tl.store(y_row + cols, tl.where(keep, z * scale, 0.0).to(y_ptr.dtype.element_ty),
                  mask=mask)
     else:
@@ -115,7 +135,7 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr,      # x, y: [M, N]; w, b: [N]
             w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
             b = tl.load(b_ptr + c, mask=mask, other=0.0).to(acc_ty)
             z = (x - mean) * rstd * w + b
-            keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS)
+            keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS, HALF)
             tl.store(y_row + c, tl.where(keep, z * scale, 0.0).to(y_ptr.dtype.element_ty),
                      mask=mask)
     tl.store(mean_ptr + row, mean)
@@ -128,7 +148,7 @@ def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: 
                 M, N, p, seed, scale_hi, scale_lo,
                 BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, F64: tl.constexpr,
                 WANT_DWB: tl.constexpr,                    # dw or db asked for
-                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr):
+                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr, HALF: tl.constexpr):
     # Persistent: program p takes rows p, p + P, p + 2P, ... and sums its rows' g * xhat and g
     # into its own partial rows of dw and db: no atomics, and the same sums every run.
     acc_ty = tl.float64 if F64 else tl.float32
@@ -149,7 +169,7 @@ def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: 
             mean = tl.load(mean_ptr + row)
             rstd = tl.load(rstd_ptr + row)
             xhat = tl.where(mask, (x - mean) * rstd, 0.0)
-            keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS)   # regenerated, not loaded
+            keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS, HALF)   # regenerated, not loaded
             g = tl.where(keep, dy * scale, 0.0)
             wg = w * g
             c1 = tl.sum(xhat * wg, axis=0) / N
@@ -181,7 +201,7 @@ def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: 
                 x = tl.load(x_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
                 dy = tl.load(dy_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
                 w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
-                keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS)
+                keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS, HALF)
                 wg = w * tl.where(keep, dy * scale, 0.0)
                 a1 += tl.where(mask, (x - mean) * rstd, 0.0) * wg
                 a2 += wg
@@ -193,7 +213,7 @@ def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: 
                 x = tl.load(x_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
                 dy = tl.load(dy_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
                 w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
-                keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS)
+                keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS, HALF)
                 g = tl.where(keep, dy * scale, 0.0)
                 xhat = tl.where(mask, (x - mean) * rstd, 0.0)
                 dx = (w * g - c2 - xhat * c1) * rstd
@@ -284,7 +304,8 @@ def _forward(x, w, b, p, seed, eps):
     # one program per row: 32768 programs of 8 warps for the headline case, the row in registers
     _fwd_kernel[(M,)](x, w, b, y, mean, rstd, N, eps, p, seed, hi, lo,
                       BLOCK=block, ONE_BLOCK=one_block, F64=x.dtype == torch.float64,
-                      FOUR=FOUR_PER_CALL, N_ROUNDS=N_ROUNDS, num_warps=_num_warps(block))
+                      FOUR=FOUR_PER_CALL, N_ROUNDS=N_ROUNDS, HALF=HALF_WORDS,
+                      num_warps=_num_warps(block))
     return x, y, mean, rstd
 
 
@@ -313,7 +334,7 @@ def _backward(dy, x, w, mean, rstd, p, seed, want_dwb):
     _bwd_kernel[(programs,)](dy, x, w, mean, rstd, dx, partials, M, N, p, seed, hi, lo,
                              BLOCK=block, ONE_BLOCK=one_block, F64=x.dtype == torch.float64,
                              WANT_DWB=want_dwb, FOUR=FOUR_PER_CALL, N_ROUNDS=N_ROUNDS,
-                             num_warps=_num_warps(block))
+                             HALF=HALF_WORDS, num_warps=_num_warps(block))
     if want_dwb:
         sum_block = 256
         _sum_partials_kernel[(triton.cdiv(N, sum_block), 2)](partials, dw, db, programs, N,

@@ -49,7 +49,7 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr,      # x, y: [M, N]; w, b: [N]
                 ONE_BLOCK: tl.constexpr,         # N <= BLOCK: the row stays in registers
                 F64: tl.constexpr):              # x is float64
     # the math type: float32 for fp32/fp16/bf16 (convert every load before any arithmetic:
-    # Triton's CPU interpreter gets bf16 arithmetic wrong), float64 for float64 (gradcheck)
+    # 16-bit arithmetic would round every step), float64 for float64 (gradcheck)
     acc_ty = tl.float64 if F64 else tl.float32
     scale = tl.cast(scale_hi, acc_ty) + tl.cast(scale_lo, acc_ty)
     # One program per row. TODO (about 25 lines):
