@@ -252,7 +252,11 @@ class Runner:
         reply["aliases"] = [(k, i, o.storage_offset(), tuple(o.shape), tuple(o.stride()))
                             for k, o in enumerate(outs) if isinstance(o, torch.Tensor)
                             for i, a in ins if _shares(o, a)]
-        reply["outs"] = tuple(o.detach() if isinstance(o, torch.Tensor) else None for o in outs)
+        aliased = {k for k, *_ in reply["aliases"]}
+        # an output that is (a view of) an input does not travel: the judge rebuilds it from its
+        # own tensor (and a tensor received from the judge cannot be sent back anyway)
+        reply["outs"] = tuple(o.detach() if isinstance(o, torch.Tensor) and k not in aliased
+                              else None for k, o in enumerate(outs))
         reply["differentiable"] = [bool(isinstance(o, torch.Tensor) and o.requires_grad)
                                    for o in outs]
         if grad and any(reply["differentiable"]):

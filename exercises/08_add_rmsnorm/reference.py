@@ -53,11 +53,13 @@ def block(add_rmsnorm):
 
 def block_(add_rmsnorm_):
     """The same two layers with the in-place form (inference): the residual stream is updated
-    in place; returns (y2, the residual after both layers)."""
+    in place (the second layer adds to the first one's h); returns y2 only. The caller's
+    `residual` holds the stream after both layers: the check reads it there. (Returning
+    `residual` itself would hand back an input: the caller already has it, and a tensor that
+    arrived from the checks' process cannot be sent back to it.)"""
     def run(x, residual, a1, g1, a2, g2):
         y1 = add_rmsnorm_(F.linear(x, a1), residual, g1, EPS)
-        y2 = add_rmsnorm_(F.linear(y1, a2), residual, g2, EPS)
-        return y2, residual
+        return add_rmsnorm_(F.linear(y1, a2), residual, g2, EPS)
     return run
 
 

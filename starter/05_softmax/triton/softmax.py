@@ -31,8 +31,8 @@ def _softmax_fwd_kernel(x_ptr, y_ptr,            # x: [M, N] rows x_row_stride a
                         ONE_BLOCK: tl.constexpr, # N <= BLOCK_N: the whole row in registers
                         F64: tl.constexpr):      # x is float64 (gradcheck)
     # the math type: float32 for fp32/fp16/bf16, float64 for float64. Convert every load with
-    # .to(acc_ty) before any arithmetic (the CPU interpreter gets bf16 arithmetic wrong), and
-    # store with .to(y_ptr.dtype.element_ty).
+    # .to(acc_ty) before any arithmetic (an exp or a long sum in 16 bits loses the digits the
+    # checks ask for), and store with .to(y_ptr.dtype.element_ty).
     acc_ty = tl.float64 if F64 else tl.float32
     row = tl.program_id(0).to(tl.int64)  # int64: row * N passes 2^31 on big inputs
     # TODO (about 8 lines), ONE_BLOCK: load the row (masked lanes must not change the max or

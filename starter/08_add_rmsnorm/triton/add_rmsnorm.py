@@ -30,7 +30,8 @@ MAX_BWD_BLOCK = 8192
 LOOP_BLOCK = 4096
 PROGRAMS_PER_SM = 4     # backward programs per SM (persistent: each loops over several rows)
 CPU_PROGRAMS = 4        # on the interpreter
-REDUCE_BLOCK = 256      # columns per program of the dw reduction
+REDUCE_BLOCK = 32       # columns per program of the dw reduction
+REDUCE_ROWS = 64        # partial rows it adds per step (a [REDUCE_ROWS, REDUCE_BLOCK] tile)
 
 
 @triton.jit
@@ -40,8 +41,8 @@ def _add_rmsnorm_fwd_kernel(x_ptr, r_ptr, w_ptr,       # x, residual: [M, N]; w:
                             BLOCK_N: tl.constexpr,     # columns per step (a power of two)
                             ONE_BLOCK: tl.constexpr,   # N <= BLOCK_N: the row stays in registers
                             F64: tl.constexpr):        # float64 math (gradcheck)
-    # the math type: convert every load before any arithmetic (Triton's CPU interpreter gets
-    # bf16 arithmetic wrong); float64 for float64 inputs
+    # the math type: convert every load before any arithmetic (a sum of squares in 16 bits
+    # loses digits, and overflows float16 past |h| ~ 256); float64 for float64 inputs
     acc_ty = tl.float64 if F64 else tl.float32
     # One program per row. TODO (about 25 lines):
     #   1. ONE_BLOCK: load the row of x and of residual, add, round h to the storage dtype
@@ -69,9 +70,12 @@ def _add_rmsnorm_bwd_kernel(dy_ptr, dho_ptr, h_ptr, w_ptr, rstd_ptr,  # dy, dh_o
 @triton.jit
 def _dw_reduce_kernel(part_ptr, dw_ptr,               # partials: [P, N] (fp32/fp64); dw: [N]
                       P, N,
-                      BLOCK_N: tl.constexpr):
-    # TODO (about 8 lines): each program sums BLOCK_N columns over the P partial rows in the
-    # partials' precision, and stores them rounded to dw's dtype
+                      BLOCK_P: tl.constexpr,          # partial rows per step
+                      BLOCK_N: tl.constexpr):         # columns per program
+    # TODO (about 10 lines): each program sums BLOCK_N columns over the P partial rows in the
+    # partials' precision, and stores them rounded to dw's dtype. Load a [BLOCK_P, BLOCK_N]
+    # tile per step (one partial row per step leaves each load waiting for the previous one),
+    # accumulate the tile, and tl.sum it over axis 0 at the end
     pass
 
 
