@@ -273,12 +273,13 @@ def _call(session, target, args, kwargs, grad, what):
         raise Mismatch(f"{what} {reply['bad_output']}")
     outs = [_receive(o) for o in reply["outs"]]
     _write_back(pairs)
-    for k, i, off, shape, stride in reply.get("aliases") or []:
+    for k, i, off, shape, stride, same_dtype in reply.get("aliases") or []:
         # the op returned (a view of) an input: hand back that view of the caller's own tensor,
         # so the checks see the aliasing as they would in one process
-        orig = args[i]
-        if outs[k] is not None and outs[k].dtype == orig.dtype:
-            outs[k] = orig.detach().as_strided(shape, stride, off)
+        if not same_dtype:
+            raise Mismatch(f"{what} returned a view of its input argument {i} with another "
+                           f"dtype: return a new tensor")
+        outs[k] = args[i].detach().as_strided(shape, stride, off)
     result = outs[0] if reply.get("single") else tuple(outs)
     return result, reply
 

@@ -249,7 +249,8 @@ class Runner:
             reply["outs"] = tuple(None for _ in outs)
             reply["bad_output"] = f"returned {type(out).__name__}, not tensors"
             return reply
-        reply["aliases"] = [(k, i, o.storage_offset(), tuple(o.shape), tuple(o.stride()))
+        reply["aliases"] = [(k, i, o.storage_offset(), tuple(o.shape), tuple(o.stride()),
+                             o.dtype == a.dtype)
                             for k, o in enumerate(outs) if isinstance(o, torch.Tensor)
                             for i, a in ins if _shares(o, a)]
         aliased = {k for k, *_ in reply["aliases"]}
