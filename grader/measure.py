@@ -234,9 +234,10 @@ def figures_for(exercise, model, t, ceilings) -> dict:
     warnings = []
     if "wall_ms" in t and escaped(t["ms"], t["wall_ms"]):
         warnings.append(f"wall clock {t['wall_ms'] * 1e3:.0f} us per call vs {t['ms'] * 1e3:.0f} "
-                        f"us reported by events: the events do not hold all the work (a side "
-                        f"stream, or a reported time that is not the real one); the wall-clock "
-                        f"time is used")
+                        f"us reported by events: the events do not hold all the work (the host "
+                        f"waiting for the GPU inside each call: .item(), .cpu(), a "
+                        f"synchronize; a side stream; or a reported time that is not the real "
+                        f"one); the wall-clock time is used")
         t["ms"] = t["wall_ms"]
     t["rate"] = rate(model, t["ms"], b.ceiling)
     t["fraction"] = t["rate"] / ceilings[b.ceiling]
