@@ -73,7 +73,7 @@ def delegation(observed: dict, exercise, track, *, what: str) -> str | None:
         names = ", ".join(sorted(set(ops))[:4])
         return (f"{what} called PyTorch's {names}: {rule_text(exercise, track)}. Compute the "
                 f"result with your kernel instead of torch/ATen operations")
-    own = re.compile("|".join(re.escape(k) for k in track.own_kernels) or "(?!)", re.I)
+    own = re.compile("|".join(_name_forms(k) for k in track.own_kernels) or "(?!)", re.I)
     # [name, stream, launched under an ATen op, launch found]: only kernels whose launch was
     # found are judged (an unattributed kernel is never held against the submission)
     kernels = [k for k in observed.get("kernels") or [] if k[3]]
@@ -90,6 +90,14 @@ def delegation(observed: dict, exercise, track, *, what: str) -> str | None:
         if not observed.get("gpu") and not track.sources and not observed.get("triton"):
             return (f"{what} launched no Triton kernel: {rule_text(exercise, track)}")
     return None
+
+
+def _name_forms(name: str) -> str:
+    """A kernel name as the profiler may report it: demangled (cutlass::device_kernel) or as
+    its Itanium-mangled prefix (N7cutlass13device_kernel), the form long template names keep."""
+    parts = name.split("::")
+    mangled = "".join(f"{len(p)}{p}" for p in parts)
+    return f"{re.escape(name)}|{re.escape(mangled)}" if len(parts) > 1 else re.escape(name)
 
 
 def side_stream(observed: dict, *, what: str) -> str | None:

@@ -43,3 +43,18 @@ def test_the_runner_reads_the_judge_plainly():
     seam.send(ours, {"op": "call", "args": [torch.ones(3), None, "relu"]})
     msg = seam.recv_trusted(theirs)
     assert msg["op"] == "call" and torch.equal(msg["args"][0], torch.ones(3))
+
+
+def test_a_tracks_own_library_style_kernels_are_recognized_mangled_or_not():
+    """CUTLASS kernels reach the profiler with their mangled names; a track that declares them
+    its own (own_kernels) is not accused of delegation, one that does not is."""
+    from types import SimpleNamespace
+    from grader.trust import delegation
+    ex = SimpleNamespace(allow=())
+    mangled = "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cuteE"
+    observed = {"ops": [], "kernels": [[mangled, 7, False, True]], "stream": 7, "gpu": True,
+                "work": True}
+    own = SimpleNamespace(allow=(), own_kernels=("cutlass::device_kernel",))
+    assert delegation(observed, ex, own, what="matmul_act()") is None
+    other = SimpleNamespace(allow=(), own_kernels=())
+    assert "library kernel" in delegation(observed, ex, other, what="matmul_act()")
