@@ -80,7 +80,9 @@ def test_no_kernel_at_all(variant, fast):
         "    import numpy as np\n"
         "    return torch.from_numpy(np.add(x.numpy(), y.numpy()))\n")))
     msg = failed(r)["your kernels do the work"]
-    assert "launched no Triton kernel" in msg or "no kernel of its own" in msg, msg
+    # numpy() itself dispatches conversions (resolve_conj, to): either way, no kernel of its own
+    assert any(k in msg for k in ("launched no Triton kernel", "no kernel of its own",
+                                  "called PyTorch's")), msg
     assert s.correctness == 0
 
 
