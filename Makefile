@@ -10,6 +10,7 @@ BUILD ?=
 RESULTS ?= results.json
 BENCH_OUT ?= results/bench
 VENV := .venv
+TEST_JOBS ?= auto        # make test: pytest-xdist workers, where it is installed (one per core)
 
 # Use a python3 that already has everything (the GPU machines: no network, nothing to
 # install); otherwise make .venv from requirements.txt once.
@@ -45,7 +46,7 @@ bench: $(SETUP)
 	$(PY) -m grader bench $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(BENCH_IMPL)) --out $(BENCH_OUT)
 
 test: $(SETUP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests $$($(PY) -c "import xdist" 2>/dev/null && echo "-n $(TEST_JOBS)")
 
 list: $(SETUP)
 	@$(PY) -m grader list
