@@ -10,7 +10,8 @@ BUILD ?=
 RESULTS ?= results.json
 BENCH_OUT ?= results/bench
 VENV := .venv
-TEST_JOBS ?= auto        # make test: pytest-xdist workers, where it is installed (one per core)
+# make test: pytest-xdist workers where it is installed (auto: one per core)
+TEST_JOBS ?= auto
 
 # Use a python3 that already has everything (the GPU machines: no network, nothing to
 # install); otherwise make .venv from requirements.txt once.
