@@ -55,3 +55,18 @@ def randn(shape, *, seed: int, dtype, device, scale: float = 1.0, offset: float 
     g = torch.Generator().manual_seed(seed)
     t = torch.randn(shape, generator=g, dtype=torch.float64) * scale + offset
     return t.to(device=device, dtype=dtype)
+
+
+def draw_row_shape(data, device: str, *, max_rows_gpu: int = 1024):
+    """[N], [M, N] or [B, S, N] with awkward row lengths (rows: the last dim), drawn from
+    hypothesis' `data` with a label per choice so that a failure prints each. At most
+    `max_rows_gpu` rows on a GPU: each example is compared in float64."""
+    m, n = data.draw(matrices(device, max_rows=max_rows_gpu if device == "cuda" else None),
+                     label="(rows, N)")
+    kind = data.draw(st.sampled_from(["N", "MN", "BSN"]), label="layout")
+    if kind == "N":
+        return (n,)
+    if kind == "MN":
+        return (m, n)
+    b = data.draw(st.integers(1, min(m, 4)), label="B")
+    return (b, max(1, m // b), n)

@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 from grader import check
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import dtypes, matrices, randn, seeds
+from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import expected_grads, value_and_grads
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -22,20 +22,6 @@ LONG_ROWS = ("\n  rows longer than one block: loop over the row in blocks. The o
              "keeps a running max and a running sum (rescaled by exp(old max - new max) when the "
              "max grows) in a first pass, then a second pass writes exp(x - max) / sum; a block "
              "clipped to a maximum size silently drops the rest of the row")
-
-
-def _draw_shape(data, device):
-    """[N], [M, N] or [B, S, N] with awkward row lengths."""
-    # at most 1024 rows on a GPU: each example is compared in float64 on the CPU
-    m, n = data.draw(matrices(device, max_rows=1024 if device == "cuda" else None),
-                     label="(rows, N)")
-    kind = data.draw(st.sampled_from(["N", "MN", "BSN"]), label="layout")
-    if kind == "N":
-        return (n,)
-    if kind == "MN":
-        return (m, n)
-    b = data.draw(st.integers(1, min(m, 4)), label="B")
-    return (b, max(1, m // b), n)
 
 
 def _grads(fn, x, dy):
@@ -77,7 +63,7 @@ def _check_both(exercise, dy, got, want, dtype, **ctx):
 
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds, scale=st.sampled_from([1.0, 3.0, 30.0]))
 def test_forward_matches_reference(impl, ref, device, assert_close, data, dtype, seed, scale):
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x = randn(shape, seed=seed, dtype=dtype, device=device, scale=scale)
     y = call_checked(impl.softmax, x, names=("x",))
     assert_close(y, ref.reference(x.double()), dtype=dtype, shape=shape, scale=scale, seed=seed)
@@ -85,7 +71,7 @@ def test_forward_matches_reference(impl, ref, device, assert_close, data, dtype,
 
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds, scale=st.sampled_from([1.0, 3.0, 30.0]))
 def test_backward_matches_reference(impl, ref, exercise, device, data, dtype, seed, scale):
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x = randn(shape, seed=seed, dtype=dtype, device=device, scale=scale)
     dy = randn(shape, seed=seed + 1, dtype=dtype, device=device)
     _check_both(exercise, dy, _grads(impl.softmax, x, dy), _expected(ref, x, dy), dtype,
@@ -151,7 +137,7 @@ def _unit_roundoff(dtype):
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds)
 def test_rows_sum_to_one(impl, device, data, dtype, seed):
     """Every row of y sums to 1, up to rounding each y to the dtype (relative u each)."""
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x = randn(shape, seed=seed, dtype=dtype, device=device, scale=3.0)
     y = impl.softmax(x)
     sums = y.double().sum(-1)

@@ -11,26 +11,12 @@ from hypothesis import given, strategies as st
 
 from grader import check
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import dtypes, matrices, randn, seeds
+from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import (compiled_matches, expected_grads, opcheck_samples,
                             skip_on_interpreter, sum_tol, value_and_grads)
 
 DTYPES = ["float32", "float16", "bfloat16"]
 EPS = 1e-6
-
-
-def _draw_shape(data, device):
-    """[N], [M, N] or [B, S, N] with awkward row lengths."""
-    # at most 1024 rows on a GPU: each example is compared in float64 on the CPU
-    m, n = data.draw(matrices(device, max_rows=1024 if device == "cuda" else None),
-                     label="(rows, N)")
-    kind = data.draw(st.sampled_from(["N", "MN", "BSN"]), label="layout")
-    if kind == "N":
-        return (n,)
-    if kind == "MN":
-        return (m, n)
-    b = data.draw(st.integers(1, min(m, 4)), label="B")
-    return (b, max(1, m // b), n)
 
 
 def _inputs(shape, seed, dtype, device, scale=1.0):
@@ -74,7 +60,7 @@ def grads_close(exercise):
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds,
        eps=st.sampled_from([1e-6, 1e-5, 1e-2]))
 def test_forward_matches_reference(impl, ref, device, assert_close, data, dtype, seed, eps):
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x, w, _ = _inputs(shape, seed, dtype, device)
     y = call_checked(impl.rmsnorm, x, w, eps, names=("x", "w", "eps"))
     assert_close(y, ref.reference(x.double(), w.double(), eps), dtype=dtype, shape=shape,
@@ -84,7 +70,7 @@ def test_forward_matches_reference(impl, ref, device, assert_close, data, dtype,
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds,
        eps=st.sampled_from([1e-6, 1e-5, 1e-2]))
 def test_backward_matches_reference(impl, ref, device, grads_close, data, dtype, seed, eps):
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x, w, dy = _inputs(shape, seed, dtype, device)
     got = _grads(impl.rmsnorm, x, w, eps, dy)
     grads_close(got, _expected(ref, x, w, eps, dy), dtype=dtype, shape=shape, eps=eps, seed=seed)

@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 
 from grader import check
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import dtypes, matrices, randn, seeds
+from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import (compiled_matches, expected_grads, opcheck_samples, sum_tol,
                             value_and_grads)
 
@@ -20,20 +20,6 @@ DTYPES = ["float32", "float16", "bfloat16"]
 EPS = 1e-5
 FWD, BWD = "ex07_cuda::layernorm_fwd", "ex07_cuda::layernorm_bwd"
 GRADS = ("dx", "dw (the sum over rows of dy * x̂)", "db (the sum over rows of dy)")
-
-
-def _draw_shape(data, device):
-    """[N], [M, N] or [B, S, N] with awkward row lengths."""
-    # at most 1024 rows on a GPU: each example is compared in float64 on the CPU
-    m, n = data.draw(matrices(device, max_rows=1024 if device == "cuda" else None),
-                     label="(rows, N)")
-    kind = data.draw(st.sampled_from(["N", "MN", "BSN"]), label="layout")
-    if kind == "N":
-        return (n,)
-    if kind == "MN":
-        return (m, n)
-    b = data.draw(st.integers(1, min(m, 4)), label="B")
-    return (b, max(1, m // b), n)
 
 
 def _inputs(shape, seed, dtype, device, scale=1.0, offset=0.0):
@@ -106,7 +92,7 @@ def _grads_close(exercise, got, want, *, x, dtype, shape, wrt=(0, 1, 2), eps=EPS
 
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds, eps=st.sampled_from([1e-5, 1e-6, 1e-2]))
 def test_forward_matches_reference(impl, ref, device, assert_close, data, dtype, seed, eps):
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x, w, b, _ = _inputs(shape, seed, dtype, device)
     y = call_checked(impl.layernorm, x, w, b, eps, names=("x", "w", "b", "eps"))
     assert_close(y, ref.reference(x.double(), w.double(), b.double(), eps), dtype=dtype,
@@ -115,7 +101,7 @@ def test_forward_matches_reference(impl, ref, device, assert_close, data, dtype,
 
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds, eps=st.sampled_from([1e-5, 1e-6, 1e-2]))
 def test_backward_matches_reference(impl, ref, exercise, device, data, dtype, seed, eps):
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x, w, b, dy = _inputs(shape, seed, dtype, device)
     _, got = _run(impl.layernorm, x, w, b, dy, eps=eps)
     _, want = _expected(ref, x, w, b, dy, eps=eps)

@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 
 from grader import check
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import dtypes, matrices, randn, seeds
+from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import (assert_all_close, compiled_matches, expected_grads, float64,
                             opcheck_samples, sum_tol, value_and_grads)
 
@@ -20,19 +20,6 @@ DTYPES = ["float32", "float16", "bfloat16"]
 EPS = 1e-6
 NS = "ex08_triton"
 NAMES = ("x", "residual", "w", "eps")
-
-
-def _draw_shape(data, device):
-    """[N], [M, N] or [B, S, N] with awkward row lengths."""
-    m, n = data.draw(matrices(device, max_rows=1024 if device == "cuda" else None),
-                     label="(rows, N)")
-    kind = data.draw(st.sampled_from(["N", "MN", "BSN"]), label="layout")
-    if kind == "N":
-        return (n,)
-    if kind == "MN":
-        return (m, n)
-    b = data.draw(st.integers(1, min(m, 4)), label="B")
-    return (b, max(1, m // b), n)
 
 
 def _inputs(shape, seed, dtype, device, scale=1.0):
@@ -109,7 +96,7 @@ def all_close(exercise):
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds,
        eps=st.sampled_from([1e-6, 1e-5, 1e-2]))
 def test_forward_matches_reference(impl, ref, exercise, device, data, dtype, seed, eps):
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x, r, w, _, _ = _inputs(shape, seed, dtype, device)
     out = call_checked(impl.add_rmsnorm, x, r, w, eps, names=NAMES)
     if not isinstance(out, (tuple, list)) or len(out) != 2:
@@ -125,7 +112,7 @@ def test_forward_matches_reference(impl, ref, exercise, device, data, dtype, see
        eps=st.sampled_from([1e-6, 1e-5, 1e-2]))
 def test_backward_matches_reference(impl, ref, exercise, device, all_close, data, dtype, seed, eps):
     """Gradients flow into both outputs (dy into y, dh into h), as in a transformer block."""
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x, r, w, dy, dh = _inputs(shape, seed, dtype, device)
     got, want = _run(impl, ref, x, r, w, eps, dy, dh, _tol(exercise, dtype))
     all_close(got, want, dtype=dtype, shape=shape, eps=eps, seed=seed)
@@ -201,7 +188,7 @@ def _in_place(impl, x, r, w, eps):
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds)
 def test_in_place_form(impl, ref, exercise, device, data, dtype, seed):
     """y matches; residual now holds h = x + residual; x and w are unchanged."""
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x, r, w, _, _ = _inputs(shape, seed, dtype, device)
     y, residual = _in_place(impl, x, r, w, EPS)
     tol = _tol(exercise, dtype)

@@ -26,7 +26,7 @@ from hypothesis import given, strategies as st
 
 from grader import check
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import dtypes, matrices, randn, seeds
+from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import compiled_matches, on_interpreter, opcheck_samples
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -40,20 +40,6 @@ NEAR_HALF = 2e-4
 
 def _qualname(track):
     return f"ex09_{track.name}::rmsnorm_quant"
-
-
-def _draw_shape(data, device):
-    """[N], [M, N] or [B, S, N] with awkward row lengths."""
-    # at most 1024 rows on a GPU: each example is compared in float64
-    m, n = data.draw(matrices(device, max_rows=1024 if device == "cuda" else None),
-                     label="(rows, N)")
-    kind = data.draw(st.sampled_from(["N", "MN", "BSN"]), label="layout")
-    if kind == "N":
-        return (n,)
-    if kind == "MN":
-        return (m, n)
-    b = data.draw(st.integers(1, min(m, 4)), label="B")
-    return (b, max(1, m // b), n)
 
 
 def _inputs(shape, seed, dtype, device, scale=1.0):
@@ -160,7 +146,7 @@ def _quantize(impl, x, w, eps=EPS):
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds,
        eps=st.sampled_from([1e-6, 1e-5, 1e-2]))
 def test_q_matches_reference(impl, ref, device, data, dtype, seed, eps):
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x, w = _inputs(shape, seed, dtype, device)
     q, scale = _quantize(impl, x, w, eps)
     check_q(q, scale, x, w, eps, ref, dtype=str(dtype).removeprefix("torch."), shape=shape,

@@ -15,7 +15,7 @@ from hypothesis import given, strategies as st
 
 from grader import check
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import dtypes, matrices, randn, seeds
+from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import expected_grads, on_interpreter, sum_tol, value_and_grads
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -24,19 +24,6 @@ PS = [0.0, 0.1, 0.25, 0.5, 0.9]
 # How far a count may stray from its binomial mean before we call the generator broken: 6
 # standard deviations, which a sound generator exceeds with probability ~2e-9 per check.
 SIGMAS = 6.0
-
-
-def _draw_shape(data, device):
-    """[N], [M, N] or [B, S, N] with awkward row lengths."""
-    m, n = data.draw(matrices(device, max_rows=1024 if device == "cuda" else None),
-                     label="(rows, N)")
-    kind = data.draw(st.sampled_from(["N", "MN", "BSN"]), label="layout")
-    if kind == "N":
-        return (n,)
-    if kind == "MN":
-        return (m, n)
-    b = data.draw(st.integers(1, min(m, 4)), label="B")
-    return (b, max(1, m // b), n)
 
 
 def _inputs(shape, seed, dtype, device, scale=1.0, offset=0.0):
@@ -128,7 +115,7 @@ def _grads_checked(impl, ref, exercise, x, w, b, p, seed, dy, /, **ctx):
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds, p=st.sampled_from(PS),
        rng=st.integers(0, 2**31 - 1))
 def test_forward_matches_reference(impl, ref, exercise, device, data, dtype, seed, p, rng):
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x, w, b, _ = _inputs(shape, seed, dtype, device)
     _, keep = _forward_checked(impl, ref, exercise, x, w, b, p, rng, shape=shape, seed=seed)
     _check_mask_fraction(keep, p, shape=shape, seed=seed, rng_seed=rng)
@@ -137,7 +124,7 @@ def test_forward_matches_reference(impl, ref, exercise, device, data, dtype, see
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds, p=st.sampled_from(PS),
        rng=st.integers(0, 2**31 - 1))
 def test_backward_matches_reference(impl, ref, exercise, device, data, dtype, seed, p, rng):
-    shape = _draw_shape(data, device)
+    shape = draw_row_shape(data, device)
     x, w, b, dy = _inputs(shape, seed, dtype, device)
     _grads_checked(impl, ref, exercise, x, w, b, p, rng, dy, shape=shape, seed=seed)
 
