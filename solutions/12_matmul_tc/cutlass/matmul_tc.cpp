@@ -31,12 +31,12 @@ bool aligned16(const at::Tensor& t) {
   return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
-void check_sm90a() {
+void check_sm90a(cudaStream_t stream) {
   static std::once_flag once;
   static std::string problem;
-  std::call_once(once, [] {
+  std::call_once(once, [stream] {
     bool yes = false;
-    problem = built_for_sm90a(&yes);
+    problem = built_for_sm90a(&yes, stream);
     if (problem.empty() && !yes) {
       problem = "this library was built without sm_90a code: CUTLASS's Hopper kernels (TMA, "
                 "wgmma) need nvcc -gencode arch=compute_90a,code=sm_90a (TORCH_CUDA_ARCH_LIST="
@@ -88,9 +88,10 @@ at::Tensor matmul_act(const at::Tensor& A, const at::Tensor& B, const at::Tensor
   at::Tensor D = at::empty({M, N}, A.options());
   if (M == 0 || N == 0) return D;
   TORCH_CHECK(K > 0, "A: K = 0 (an empty sum) is not supported: act(bias) needs no GEMM");
-  check_sm90a();
 
   const int device = A.device().index();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  check_sm90a(stream);
   static int sm_count[64] = {0};
   if (sm_count[device] == 0) {
     cudaDeviceGetAttribute(&sm_count[device], cudaDevAttrMultiProcessorCount, device);
@@ -99,7 +100,6 @@ at::Tensor matmul_act(const at::Tensor& A, const at::Tensor& B, const at::Tensor
                   static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
                   A.stride(0), B.stride(0), D.stride(0), act,
                   dtype == at::kBFloat16 ? kBFloat16 : kFloat16, device, sm_count[device]};
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
   size_t bytes = 0;
   std::string err = matmul_act_run(p, nullptr, 0, &bytes, stream);
   TORCH_CHECK(err.empty(), err);

@@ -37,4 +37,4 @@ std::string matmul_act_run(const MatmulProblem& p, void* workspace, size_t works
                            size_t* needed, cudaStream_t stream);
 
 // Whether the device code was built for sm_90a (wgmma, TMA) on the current device.
-std::string built_for_sm90a(bool* yes);
+std::string built_for_sm90a(bool* yes, cudaStream_t stream);

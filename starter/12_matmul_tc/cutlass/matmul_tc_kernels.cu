@@ -223,19 +223,22 @@ __global__ void sm90a_probe(int* out) {
 #endif
 }
 
-std::string built_for_sm90a(bool* yes) {
+std::string built_for_sm90a(bool* yes, cudaStream_t stream) {
+  // on the caller's stream (the op's current stream), like every launch of the op
   int* d = nullptr;
   int h = 0;
   cudaError_t err = cudaMalloc(&d, sizeof(int));
   if (err == cudaSuccess) {
-    sm90a_probe<<<1, 1>>>(d);
+    sm90a_probe<<<1, 1, 0, stream>>>(d);
     err = cudaGetLastError();
   }
-  if (err == cudaSuccess) err = cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost);
+  if (err == cudaSuccess) err = cudaMemcpyAsync(&h, d, sizeof(int), cudaMemcpyDeviceToHost, stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
   if (d != nullptr) cudaFree(d);
   *yes = h == 1;
   // no kernel image for this GPU at all: an sm_90a binary on a GPU that is not sm_90
   if (err == cudaErrorNoKernelImageForDevice) {
+    cudaGetLastError();  // clear it: the error is reported by the caller, in words
     *yes = false;
     return "";
   }
