@@ -22,7 +22,8 @@ def test_solution_passes(ex, track):
     bad = [f"{c.name}: {c.outcome}: {c.message[:1500]}" for c in r.checks
            if c.outcome not in ("passed", "needs a GPU")]
     assert not bad, "\n\n".join(bad)
-    assert r.count("correctness", "passed") > 0, "no check could run here"
+    gpu_only = not HAS_GPU and all(c.outcome == "needs a GPU" for c in r.checks)
+    assert r.count("correctness", "passed") > 0 or gpu_only, "no check could run here"
     if HAS_GPU:
         assert not [c.name for c in r.checks if c.outcome == "needs a GPU"]
     elif track.sources:
@@ -35,5 +36,8 @@ def test_starter_builds_and_scores_zero(ex, track):
     r = run_track(ROOT / "starter", ex, track)
     assert r.build.get("ok"), r.build.get("message")
     assert not r.ended, f"{r.ended}\n{r.log_tail}"
-    assert r.not_implemented, [(c.name, c.outcome, c.message[:300]) for c in r.checks]
+    # a track without a CPU path has nothing to run on a machine without a GPU: it builds, and
+    # every check says so
+    gpu_only = not HAS_GPU and all(c.outcome == "needs a GPU" for c in r.checks)
+    assert r.not_implemented or gpu_only, [(c.name, c.outcome, c.message[:300]) for c in r.checks]
     assert score(ex, r).total == 0

@@ -204,7 +204,9 @@ def test_output_written_after_returning(variant, fast):
     r, s = grade(v01(variant, (LAUNCH, "    import threading, time\n"
         "    def later():\n        time.sleep(0.3)\n" + "    " + LAUNCH +
         "    threading.Thread(target=later).start()\n")))
-    assert "never written" in failed(r)["test_matches_reference"]
+    # the judge copied the output when the call returned; no kernel had run during the call
+    msg = failed(r)["test_matches_reference"]
+    assert "never written" in msg or "launched no Triton kernel" in msg, msg
 
 
 def test_zeroing_the_inputs_before_the_reference_reads_them(variant, fast):
@@ -216,7 +218,8 @@ def test_zeroing_the_inputs_later_changes_nothing_here(variant, fast):
     r, s = grade(v01(variant, (LAUNCH, "    import threading, time\n    out.zero_()\n"
         "    threading.Thread(target=lambda: (time.sleep(0.2), x.zero_(), y.zero_())).start()\n"
         "    return out\n")))
-    assert "elements differ" in failed(r)["test_matches_reference"]
+    msg = failed(r)["test_matches_reference"]  # zeros returned, no kernel in the call
+    assert "elements differ" in msg or "launched no Triton kernel" in msg, msg
 
 
 def test_nan_and_inf_never_pass(variant, fast):
@@ -231,8 +234,8 @@ def test_low_precision_math(variant, fast):
 
 def test_returning_something_else(variant, fast):
     r, s = grade(v01(variant, (ADD_DEF, ADD_DEF + "    return [x, y]\n")))
-    assert "not tensors" in failed(r)["test_matches_reference"] or \
-        "not a tensor" in failed(r)["test_matches_reference"]
+    msg = failed(r)["test_matches_reference"]
+    assert any(k in msg for k in ("not tensors", "not a tensor", "launched no Triton kernel")), msg
 
 
 # --- the GPU: streams, caching, the benchmark case, the clock ---------------------------------
