@@ -45,11 +45,10 @@ class RunnerDied(RuntimeError):
         self.reason, self.log = reason, log
 
 
-class RemoteError(Exception):
-    """An exception raised by the submission's op, carried across (see `_raise`)."""
-
-
 def _raise(err: dict):
+    """Re-raise, here, an exception the submission's op raised there: the same built-in base
+    (so a check expecting a RuntimeError or ValueError sees one), its type's name, message and
+    notes, and where in the learner's file it was raised."""
     base = _BUILTIN.get(err.get("base"), RuntimeError)
     cls = type(err.get("type", "Error"), (base,), {"__module__": "submission"}) \
         if err.get("type") not in _BUILTIN else base
