@@ -132,18 +132,18 @@ SKIP_DIRS = {".git", ".venv", ".hypothesis", "__pycache__", ".whl", ".gl", "node
 class Snapshot:
     """Every file under `roots` (minus caches), with its bytes, taken before a track runs."""
     roots: list
+    skip: set = field(default_factory=set)      # folders and files left out (caches)
     files: dict = field(default_factory=dict)   # path -> bytes
 
     @classmethod
     def take(cls, roots, *, skip: set = frozenset()) -> "Snapshot":
-        snap = cls([Path(r) for r in roots])
+        snap = cls([Path(r) for r in roots], set(skip))
         for root in snap.roots:
             for path in _walk(root, skip):
                 try:
                     snap.files[path] = path.read_bytes()
                 except OSError:
                     pass
-        snap.skip = set(skip)
         return snap
 
     def restore(self) -> list[str]:
