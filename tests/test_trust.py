@@ -42,8 +42,25 @@ def grade(tree, number="01", track=None, **kw):
     return r, score(ex, r)
 
 
+class _Failed(dict):
+    """The failed checks' messages by name; asking for one that did not fail says what happened
+    instead (the checks' outcomes, how the worker ended, its last lines), not a bare KeyError."""
+
+    def __init__(self, r):
+        super().__init__((c.name.split("[")[0], c.message) for c in r.checks
+                         if c.outcome == "failed")
+        self.r = r
+
+    def __missing__(self, name):
+        r = self.r
+        raise AssertionError(
+            f"check {name!r} did not fail. outcomes: "
+            f"{[(c.name, c.outcome, c.message[:200]) for c in r.checks]}; build: {r.build}; "
+            f"ended: {r.ended!r}; tampering: {r.tampering}\nlog tail:\n{r.log_tail}")
+
+
 def failed(r):
-    return {c.name.split("[")[0]: c.message for c in r.checks if c.outcome == "failed"}
+    return _Failed(r)
 
 
 def v01(variant, *edits):
