@@ -1,5 +1,7 @@
 # make grade                  scorecard for starter/ (IMPL=solutions, or SUBMISSION=path/to/tree)
-# make exercise-02            grade one exercise, every failure in full (SANITIZE=memcheck|racecheck|...)
+# make exercise-02            grade one exercise, every failure in full (SANITIZE=memcheck|racecheck|...,
+#                             REPRO=check@example: one failing example again, as a failure prints it;
+#                             QUICK=1: 3 examples per property check, baselines' times cached)
 # make bench                  side-by-side benchmark of solutions/ vs baselines (needs a GPU)
 # make test                   the project's own tests
 # BUILD=aot                   (with grade/exercise-NN) ahead-of-time builds of the CUDA tracks
@@ -30,7 +32,7 @@ BUILD_FLAG := $(if $(BUILD),--build $(BUILD))
 
 .PHONY: grade bench test list clean help
 help:
-	@sed -n '1,5p' Makefile | sed 's/^# //'
+	@sed -n '1,7p' Makefile | sed 's/^# //'
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -38,10 +40,10 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 grade: $(SETUP)
-	$(PY) -m grader grade $(TREE) $(BUILD_FLAG) --json $(RESULTS)
+	$(if $(QUICK),GRADER_QUICK=1 )$(PY) -m grader grade $(TREE) $(BUILD_FLAG) --json $(RESULTS)
 
 exercise-%: $(SETUP)
-	$(if $(SANITIZE),GRADER_SANITIZE=$(SANITIZE) GRADER_SMALL=1 GRADER_CHECK_TIMEOUT=900 )$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(SANITIZE),--no-bench)
+	$(if $(QUICK),GRADER_QUICK=1 )$(if $(SANITIZE),GRADER_SANITIZE=$(SANITIZE) GRADER_SMALL=1 GRADER_CHECK_TIMEOUT=900 )$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(SANITIZE),--no-bench) $(if $(REPRO),--repro '$(REPRO)')
 
 bench: $(SETUP)
 	$(PY) -m grader bench $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(BENCH_IMPL)) --out $(BENCH_OUT)

@@ -2,7 +2,7 @@
 
     python -m grader grade [--exercise 02] [--impl starter|solutions | --submission PATH]
                            [--json results.json] [--junit junit.xml] [--no-bench]
-                           [--build jit|aot]
+                           [--build jit|aot] [--repro CHECK@EXAMPLE]
     python -m grader batch SUBMISSIONS_DIR --out DIR [--exercise 01] [--no-bench] [--force]
     python -m grader bench [--exercise 06] [--impl solutions] [--out results/bench]
     python -m grader list
@@ -68,27 +68,34 @@ def cmd_grade(args) -> int:
 
     exercises = _exercises(args.exercise)
     tree = _tree(args)
+    if args.repro:  # read by grader.plugin in the judge (the environment is passed on)
+        if len(exercises) != 1 or "@" not in args.repro:
+            sys.exit("grader: --repro CHECK@EXAMPLE goes with one --exercise (copy the command "
+                     "a failed check printed)")
+        os.environ["GRADER_REPRO"] = args.repro
+        args.no_bench = True
     if args.build:  # read by grader.loader in the submission's process (the environment is passed on)
         os.environ["GRADER_BUILD"] = args.build
     bench = not args.no_bench and torch.cuda.is_available()
     start = time.perf_counter()
+    from grader.progress import Progress
+    progress = Progress()
     pairs = [(ex, t) for ex in exercises for t in ex.tracks.values()]
     results = {}
     # the checks of different tracks run side by side (the GPU is shared fine for checks) ...
     with ThreadPoolExecutor(_jobs(args, len(pairs))) as pool:
-        todo = {pool.submit(_check, tree, ex, t): (ex, t) for ex, t in pairs}
+        todo = {pool.submit(_check, tree, ex, t, progress): (ex, t) for ex, t in pairs}
         for done in as_completed(todo):
             ex, t = todo[done]
             r = results[(ex.id, t.name)] = done.result()
-            print(f"checked {ex.id} [{t.name}]: {r.count('correctness', 'passed')}/"
-                  f"{r.total('correctness')} correctness checks passed "
-                  f"({time.perf_counter() - start:.0f} s)", flush=True)
+            progress.print(f"checked {ex.id} [{t.name}]: {r.count('correctness', 'passed')}/"
+                           f"{r.total('correctness')} correctness checks passed "
+                           f"({time.perf_counter() - start:.0f} s)")
     rows = []
     for ex, t in pairs:  # ... and each timing runs alone on the GPU
         r = results[(ex.id, t.name)]
         if bench:
-            print(f"timing {ex.id} [{t.name}] ...", flush=True)
-            time_track(tree, ex, t, r)
+            time_track(tree, ex, t, r, progress=progress)
         elif ex.benchmark is not None:
             r.performance = r.performance or {
                 "status": "needs a GPU" if not torch.cuda.is_available() else "not measured"}
@@ -101,6 +108,9 @@ def cmd_grade(args) -> int:
     print("\n" + table)
     if notes:
         print("\n" + "\n\n".join(notes))
+    if args.repro:
+        print(f"\nREPRO: only {args.repro.partition('@')[0]} ran, on its failing example; the "
+              f"points above are not a score (run without REPRO for that)")
     if args.json:
         path = Path(args.json)
         write_json(path, gradescope(rows, seconds=time.perf_counter() - start, summary=table))
@@ -113,10 +123,10 @@ def cmd_grade(args) -> int:
     return 0
 
 
-def _check(tree, ex, t):
+def _check(tree, ex, t, progress=None):
     from grader.isolate import check_track
     _build_ahead(tree, ex, t)
-    return check_track(tree, ex, t)
+    return check_track(tree, ex, t, progress=progress)
 
 
 def _build_ahead(tree, ex, t) -> None:
@@ -176,6 +186,9 @@ def main(argv=None) -> int:
     grade.add_argument("--build", choices=["jit", "aot"], default=None,
                        help="jit: torch.utils.cpp_extension.load (default); aot: a setup.py "
                             "build into .cache/aot/, loaded as a shipped binary")
+    grade.add_argument("--repro", metavar="CHECK@EXAMPLE",
+                       help="run one failing check on its failing example again (the scorecard "
+                            "prints the command); needs --exercise")
     batch = sub.add_parser("batch", help="grade every submission in a folder (a class)")
     batch.add_argument("submissions", help="a folder of submissions: trees shaped like "
                                            "starter/, or .zip files of one")

@@ -17,6 +17,29 @@ class Mismatch(AssertionError):
     """A check failed; the message is written for the learner."""
 
 
+# The non-contiguous tensors the op was last given in this check (set by the proxy on each call,
+# cleared when a check starts): a wrong answer on a strided view is explained as that.
+_strided: list[tuple[str, tuple, tuple]] = []
+
+
+def note_call(args, names=None) -> None:
+    """Remember which tensor arguments of the op's latest call were strided views."""
+    names = list(names or [])
+    _strided[:] = [(names[i] if i < len(names) else f"argument {i}", tuple(a.shape), a.stride())
+                   for i, a in enumerate(args)
+                   if isinstance(a, torch.Tensor) and a.numel() > 1 and not a.is_contiguous()]
+
+
+def _strided_cause() -> str | None:
+    if not _strided:
+        return None
+    name, shape, stride = _strided[0]
+    return (f"`{name}` was a strided view (shape {shape}, strides {stride}): a kernel that "
+            f"indexes it as if contiguous reads the wrong elements. Pass its strides to the "
+            f"kernel, or call .contiguous() before the launch (one more pass over memory), or "
+            f"refuse it with a message naming `{name}`")
+
+
 def _fmt(v: float, digits: int = 6) -> str:
     return f"{v:.{digits}g}"
 
@@ -72,7 +95,7 @@ def assert_close(got, expected, *, tol: dict, dtype=None, what: str = "output", 
     rel = (abs_err / e.abs().clamp_min(atol)).max().item()
     lines.append(f"  max abs error {_fmt(abs_err[worst].item())} at {[int(j) for j in idx(worst)]}, "
                  f"max rel error {_fmt(rel)}; allowed: atol={atol:g} rtol={rtol:g}")
-    hint = _likely_cause(g, e, bad, shape, ok, got.dtype)
+    hint = _strided_cause() or _likely_cause(g, e, bad, shape, ok, got.dtype)
     if hint:
         lines.append(f"  likely cause: {hint}")
     raise Mismatch("\n".join(lines))

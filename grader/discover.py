@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.timing import CEILINGS
@@ -87,6 +87,7 @@ class Exercise:
     timeout_s: int            # the whole track: build + checks + benchmark
     test_timeout_s: int       # one check
     allow: tuple[str, ...] = ()  # PyTorch (ATen) ops a submission may call (see grader.trust)
+    hints: dict = field(default_factory=dict)  # check (test function) -> what to look at
 
     @property
     def id(self) -> str:      # "02_scale": the folder name, also the folder in a submission tree
@@ -244,7 +245,7 @@ def load_exercise(folder: Path) -> Exercise:
         raise SpecError(f"{path}: not valid TOML: {e}") from None
     f = _Fields(path, table)
     f.unknown({"title", "summary", "dtypes", "tolerance", "points", "tracks", "benchmark",
-               "timeout_s", "test_timeout_s", "allow"})
+               "timeout_s", "test_timeout_s", "allow", "hints"})
     tolerance = {k: dict(v) for k, v in DEFAULT_TOLERANCE.items()}
     tol = f.sub("tolerance", {})
     for dtype, bounds in tol.table.items():
@@ -272,8 +273,19 @@ def load_exercise(folder: Path) -> Exercise:
         summary=f.get("summary", str, ""), dtypes=dtypes,
         tolerance=tolerance, points=pts, tracks=tracks, benchmark=bench,
         timeout_s=f.get("timeout_s", int, 900), test_timeout_s=f.get("test_timeout_s", int, 120),
-        allow=_ops_list(f),
+        allow=_ops_list(f), hints=_hints(f.sub("hints", {}), folder),
     )
+
+
+def _hints(f: "_Fields", folder: Path) -> dict:
+    """[hints]: check name (a test function in the exercise's test files) -> one line shown
+    under that check's failure. A name that is no check is an error, so hints cannot rot."""
+    checks = {m.group(1) for p in folder.glob("test_*.py")
+              for m in re.finditer(r"^def (test_\w+)\(", p.read_text(), re.M)}
+    for name in f.table:
+        if name not in checks:
+            raise f.error(name, f"no check of that name in {folder.name}/test_*.py")
+    return {name: f.get(name, str) for name in f.table}
 
 
 def discover(root: Path = EXERCISES, only: str | None = None) -> list[Exercise]:

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from grader.build import CACHE
@@ -24,29 +25,30 @@ from grader.trust import Snapshot, landlock_available
 
 
 def run_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = False,
-              timeout_s: float | None = None) -> TrackResult:
+              timeout_s: float | None = None, progress=None) -> TrackResult:
     """Check the track in one worker; then, if asked, time it in a second, fresh one (so
     nothing the checks left behind, such as NaN-poisoned allocations or torch.compile caches,
     touches the timings)."""
-    result = check_track(tree, exercise, track, timeout_s=timeout_s)
+    result = check_track(tree, exercise, track, timeout_s=timeout_s, progress=progress)
     if bench:
-        time_track(tree, exercise, track, result, timeout_s=timeout_s)
+        time_track(tree, exercise, track, result, timeout_s=timeout_s, progress=progress)
     return result
 
 
-def check_track(tree, exercise, track, *, timeout_s=None) -> TrackResult:
+def check_track(tree, exercise, track, *, timeout_s=None, progress=None) -> TrackResult:
     tree = Path(tree).resolve()
     with _guarded(tree) as guard, tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         events = Path(tmp) / "events.jsonl"
         code, timed_out, log = _worker(tree, exercise, track, "checks", events,
-                                       timeout_s or exercise.timeout_s)
+                                       timeout_s or exercise.timeout_s, progress)
         result = from_events(read_events(events), exercise=exercise.id, track=track.name,
                              tree=str(tree), returncode=code, timed_out=timed_out, log=log)
         guard.result = result
     return result
 
 
-def time_track(tree, exercise, track, result: TrackResult, *, timeout_s=None) -> None:
+def time_track(tree, exercise, track, result: TrackResult, *, timeout_s=None,
+               progress=None) -> None:
     """Time a track whose build is sound, even when some checks failed: the learner sees the
     figures (the output at the benchmark case is validated either way); points only when every
     correctness check passed (grader.score)."""
@@ -57,7 +59,7 @@ def time_track(tree, exercise, track, result: TrackResult, *, timeout_s=None) ->
     with _guarded(tree) as guard, tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         timings = Path(tmp) / "bench.jsonl"
         code, timed_out, log = _worker(tree, exercise, track, "bench", timings,
-                                       timeout_s or exercise.timeout_s)
+                                       timeout_s or exercise.timeout_s, progress)
         timed = from_events(read_events(timings), exercise=exercise.id, track=track.name,
                             tree=str(tree), returncode=code, timed_out=timed_out, log=log)
         guard.result = result
@@ -97,8 +99,9 @@ class _guarded:
         return False
 
 
-def _worker(tree, exercise, track, phase, events, timeout_s):
-    """Run one worker phase; return its exit code, the limit if it hit it, and its output."""
+def _worker(tree, exercise, track, phase, events, timeout_s, progress=None):
+    """Run one worker phase; return its exit code, the limit if it hit it, and its output.
+    `progress` (grader.progress.Progress) is told what the worker's event log says meanwhile."""
     log = events.with_suffix(".log")
     cmd = [sys.executable, "-m", "grader.worker", "--tree", str(tree), "--exercise", exercise.id,
            "--track", track.name, "--events", str(events), "--phase", phase]
@@ -110,10 +113,24 @@ def _worker(tree, exercise, track, phase, events, timeout_s):
         # a session of its own, so a timeout kills the worker and everything it started
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        label = f"{exercise.id} [{track.name}]"
+        if progress is not None:
+            progress.begin(label, events, phase, track.sources)
+        deadline = time.monotonic() + timeout_s
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = timeout_s
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    proc.wait(timeout=min(left, 0.5) if progress is not None else left)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        timed_out = timeout_s
+                        break
+                    progress.tick(label)
+        finally:
+            if progress is not None:
+                progress.end(label)
         try:  # the worker and whatever it left running (its submission process)
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:

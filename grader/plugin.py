@@ -65,7 +65,10 @@ def pytest_configure(config):
     # CI: the same examples every run, so a red CI is a real bug and never noise
     settings.register_profile("grader-ci", max_examples=6, derandomize=True, database=None,
                               phases=no_shrink, **common)
+    # QUICK=1 (make exercise-NN QUICK=1): a few examples per property check, for the edit loop
+    settings.register_profile("grader-quick", max_examples=3, phases=no_shrink, **common)
     settings.load_profile("grader-ci" if os.environ.get("CI") else
+                          "grader-quick" if os.environ.get("GRADER_QUICK") else
                           "grader-gpu" if HAS_GPU else "grader-cpu")
 
 
@@ -105,6 +108,10 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("timeout") is None:
             # a backstop: the proxy stops waiting for the submission at the check's limit first
             item.add_marker(pytest.mark.timeout(check_limit(exercise) + 60, method="thread"))
+    if os.environ.get("GRADER_REPRO"):
+        chosen = _repro(config, keep)
+        drop += [i for i in keep if i not in chosen]
+        keep = chosen
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -131,7 +138,66 @@ def _short(nodeid: str) -> str:
 
 
 def pytest_runtest_logstart(nodeid, location):
+    check.note_call(())  # a strided input of the previous check explains nothing here
     record(event="start", test=nodeid)
+
+
+# --- hypothesis' report, for a learner who does not own the tests -----------------------------
+
+_BLOB = re.compile(r"@reproduce_failure\('([^']+)', b'([^']+)'\)")
+_DRAW = re.compile(r"^Draw \d+(?: \(([^)]*)\))?: (.*)$")
+_ARG = re.compile(r"^\s+(\w+)=(.*?),?$")
+
+
+def _hypothesis(notes: list[str], item) -> tuple[str, str, list[str]]:
+    """Split hypothesis' notes into the failing example (the drawn values only, not the
+    fixtures), the reproduction blob, and the notes that are not hypothesis'."""
+    values, blob, rest = [], "", []
+    for note in notes:
+        if "Failing test case" not in note and "reproduce_failure" not in note \
+                and not note.lstrip().startswith("Draw "):
+            rest.append(note)
+            continue
+        inside = False
+        for line in note.splitlines():
+            if line.startswith("Failing test case"):
+                inside = True
+            elif inside and line.strip() == ")":
+                inside = False
+            elif inside and (m := _ARG.match(line)):
+                name, value = m.groups()
+                if name not in item.fixturenames and value != "data(...)":
+                    values.append(f"{name}={value}")
+            elif m := _DRAW.match(line.strip()):
+                values.append(f"{m.group(1) or 'drawn'}={m.group(2)}")
+            elif m := _BLOB.search(line):
+                blob = m.group(2)
+    return ", ".join(values), blob, rest
+
+
+def _repro_command(item, blob: str) -> str:
+    """The make command that runs exactly this failing example again, alone."""
+    tree = Path(item.config.getoption("--tree")).resolve()
+    which = ("" if tree == ROOT / "starter" else "IMPL=solutions " if tree == ROOT / "solutions"
+             else f"SUBMISSION={tree} ")
+    number = _exercise(str(item.path.parent)).number
+    return f"make exercise-{number} {which}REPRO='{_short(item.nodeid)}@{blob}'"
+
+
+def _repro(config, items) -> list:
+    """REPRO=check@blob (make exercise-NN REPRO=...): only that check, on that one example."""
+    name, _, blob = os.environ.get("GRADER_REPRO", "").partition("@")
+    chosen = [i for i in items if _short(i.nodeid) == name]
+    if not chosen:
+        reason = (f"REPRO: no check named {name!r} here; the checks are: "
+                  f"{', '.join(_short(i.nodeid) for i in items)}")
+        record(event="ended", reason=reason)
+        raise pytest.UsageError(reason)
+    import hypothesis
+    for item in chosen:
+        if hasattr(item.obj, "hypothesis"):  # a property check: that example, not new ones
+            item.obj._hypothesis_internal_use_reproduce_failure = (hypothesis.__version__, blob)
+    return chosen
 
 
 def _explain(exc: BaseException, item) -> dict:
@@ -143,9 +209,17 @@ def _explain(exc: BaseException, item) -> dict:
         return {"type": "crashed", "message": exc.reason, "notes": [], "crashed": True,
                 "not_implemented": False, "sticky": False}
     message = str(exc) if not isinstance(exc, AssertionError) or str(exc) else "assertion failed"
-    notes = [n for n in getattr(exc, "__notes__", []) if n.strip()]
+    example, blob, notes = _hypothesis([n for n in getattr(exc, "__notes__", []) if n.strip()],
+                                       item)
     info = {"type": type(exc).__name__, "message": "\n".join(message.splitlines()[:40]),
             "notes": notes[:6]}
+    if example:
+        info["example"] = example
+    if blob:
+        info["repro"] = _repro_command(item, blob)
+    hint = _exercise(str(item.path.parent)).hints.get(item.originalname)
+    if hint:
+        info["hint"] = hint
     if getattr(exc, "grader_where", ""):  # raised in the submission's process
         info["where"] = exc.grader_where
     elif frames:

@@ -245,9 +245,12 @@ def _receive(out):
     return out.clone(memory_format=torch.preserve_format)
 
 
-def remote_call(session: Session, target, args, kwargs=None, *, what: str):
-    """Call `target` in the runner with `args`; autograd-aware."""
+def remote_call(session: Session, target, args, kwargs=None, *, what: str, names=None):
+    """Call `target` in the runner with `args`; autograd-aware. `names`: the parameters' names,
+    for feedback about the arguments."""
     kwargs = kwargs or {}
+    from grader.check import note_call
+    note_call(args, names)
     grad = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
     if grad and torch.is_grad_enabled():
         meta = {}
@@ -327,7 +330,9 @@ class RemoteImpl:
         if name.startswith("_") or name not in self._entries:
             raise AttributeError(name)
         session = self._session
-        return lambda *a, **kw: remote_call(session, ("entry", name), a, kw, what=f"{name}()")
+        names = ((getattr(session, "loaded", None) or {}).get("params") or {}).get(name)
+        return lambda *a, **kw: remote_call(session, ("entry", name), a, kw, what=f"{name}()",
+                                            names=names)
 
     def __repr__(self) -> str:
         s = self._session

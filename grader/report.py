@@ -118,6 +118,7 @@ def feedback(ex: Exercise, r: TrackResult, *, full: bool = False) -> str:
     for c in shown:
         where = f"  ({c.where})" if c.where else ""
         msg = c.message if full else "\n".join(c.message.splitlines()[:12])
+        msg = "\n".join([msg] + c.details())
         out.append(f"  FAIL {c.name}{where}\n{_indent(msg, 6)}")
     if len(failed) > len(shown):
         out.append("  also failed: " + ", ".join(c.name for c in failed[len(shown):]))
@@ -172,7 +173,8 @@ def performance_text(p: dict) -> str:
         for name, b in (f.get("baselines") or {}).items():
             if "ms" in b:
                 host = f", host {b['host_ms'] * 1e3:.0f} us" if b.get("host_ms") else ""
-                lines.append(f"    vs {name}: {b['ms'] * 1e3:.1f} us{host} -> "
+                cached = " (QUICK: cached)" if b.get("cached") else ""
+                lines.append(f"    vs {name}: {b['ms'] * 1e3:.1f} us{host}{cached} -> "
                              f"{f['speedup'][name]:.2f}x")
             else:
                 lines.append(f"    vs {name}: {b.get('error', 'did not run')}")
@@ -209,7 +211,7 @@ def gradescope(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: floa
                 ok = c.outcome == "passed"
                 tests.append({"name": f"{label} {c.name}", "score": round(each if ok else 0, 4),
                               "max_score": round(each, 4), "status": "passed" if ok else "failed",
-                              "output": c.message if not ok else ""})
+                              "output": "\n".join([c.message] + c.details()) if not ok else ""})
         if ex.points["performance"]:
             p = r.performance or {}
             tests.append({"name": f"{label} performance", "score": round(s.performance, 4),
@@ -254,7 +256,7 @@ def junit(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: float) ->
             if c.outcome in ("failed", "crashed", "not run"):
                 f = ET.SubElement(case, "failure", message=(c.message.splitlines() or [c.outcome])[0][:300],
                                   type=c.outcome)
-                f.text = c.message or c.outcome
+                f.text = "\n".join([c.message or c.outcome] + c.details())
             elif c.outcome != "passed":
                 ET.SubElement(case, "skipped", message=c.message or c.outcome)
             cases.append(case)

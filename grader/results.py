@@ -21,6 +21,15 @@ class Check:
     message: str = ""             # for a failure: what differed, where, the likely cause
     where: str = ""               # file:line in the learner's file, when known
     not_implemented: bool = False
+    example: str = ""             # a property check's failing example (the drawn values)
+    repro: str = ""               # the command that runs that example again, alone
+    hint: str = ""                # the exercise's hint for this check (exercise.toml [hints])
+
+    def details(self) -> list[str]:
+        """The lines under a failure's message: the example, how to rerun it, the hint."""
+        return [line for line in (self.example and f"failing example: {self.example}",
+                                  self.repro and f"run it alone: {self.repro}",
+                                  self.hint and f"hint: {self.hint}") if line]
 
 
 @dataclass
@@ -153,6 +162,7 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
                     parts[0] = f"[in {e['phase']}] {parts[0]}"
                 c.message = "\n".join(p for p in parts if p)
                 c.where = e.get("where", "")
+                c.example, c.repro, c.hint = (e.get(k, "") for k in ("example", "repro", "hint"))
                 c.not_implemented = bool(e.get("not_implemented"))
         elif kind == "finished" and e.get("stopped"):
             result.stopped = e["stopped"]

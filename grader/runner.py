@@ -65,6 +65,19 @@ def sandbox(roots: list[Path]) -> str:
     return f"Landlock ABI {abi}: writes allowed only under {', '.join(str(r) for r in roots)}"
 
 
+def _param_names(fn) -> list[str] | None:
+    """An entry point's parameter names (a Python function's, or a torch op's schema), so that
+    feedback can name an argument; None when they cannot be read."""
+    import inspect
+    schema = getattr(fn, "_schema", None) or getattr(getattr(fn, "default", None), "_schema", None)
+    try:
+        if schema is not None:
+            return [a.name for a in schema.arguments]
+        return [p for p in inspect.signature(fn).parameters]
+    except (TypeError, ValueError):
+        return None
+
+
 class Attempts:
     """Writes into the repository that the submission tried (reported to the judge as tampering;
     the sandbox refuses them, and the judge's hash check catches any it could not refuse)."""
@@ -214,7 +227,9 @@ class Runner:
                 "seconds": round(b.seconds if b else time.perf_counter() - start, 2),
                 "rebuilt": b.rebuilt if b else None, "sandbox": self.sandbox,
                 "gpu": self.torch.cuda.get_device_name() if self.gpu else None,
-                "torch": str(self.torch.__version__)}
+                "torch": str(self.torch.__version__),
+                "params": {e: _param_names(getattr(self.impl, e, None))
+                           for e in self.track.entry_points}}
 
     def _target(self, target):
         kind = target[0]

@@ -59,3 +59,18 @@ def test_learners_are_not_sent_outside_the_repository():
             bad.append(f"{_rel(f)}: {m.group(0)}")
     assert not bad, ("cites notes that are not in the repository (say the figure, its device "
                      "and date, and results/ as the source instead):\n" + "\n".join(bad))
+
+
+def test_check_hints_cite_sections_that_exist():
+    """exercise.toml [hints] end with '(README: Section)': that section is a heading of the
+    exercise's README, so a hint never sends a learner to a section that is gone."""
+    from grader.discover import discover
+    missing = []
+    for ex in discover():
+        headings = {m.strip() for m in re.findall(r"^#+ (.+)$", (ex.dir / "README.md").read_text(),
+                                                  re.M)}
+        for check, hint in ex.hints.items():
+            m = re.search(r"\(README: (.+?)(?:, '[^']*')?\)$", hint)
+            if m is None or m.group(1) not in headings:
+                missing.append(f"{ex.id} {check}: {hint[-60:]!r}")
+    assert not missing, "hints without a README section that exists:\n" + "\n".join(missing)

@@ -3,6 +3,7 @@
 The bad trees are made from the solutions by small edits (see conftest.variant), so they stay
 in step with the solution they break.
 """
+import re
 import subprocess
 import sys
 
@@ -31,7 +32,38 @@ def test_wrong_values(variant):
     assert "test_matches_reference" in f and not r.ended
     msg = f["test_matches_reference"].message
     assert "first mismatches (index: got vs expected)" in msg and "seed=" in msg
-    assert "Falsifying example" in msg or "@reproduce_failure" in msg  # how to reproduce it
+    c = f["test_matches_reference"]
+    # the drawn values and a command, not hypothesis' fixture dump or a decorator to add
+    assert "seed=" in c.example and "n=" in c.example and "impl=" not in msg + c.example, c
+    assert "reproduce_failure" not in msg and "Failing test case" not in msg, msg
+    assert c.repro.startswith("make exercise-01 SUBMISSION=") and "REPRO='test_matches_reference[" in c.repro
+    assert c.hint.endswith("(README: Hints)")
+
+
+def test_repro_runs_that_example_alone(variant, monkeypatch):
+    """The command a failure prints runs that one check on that one example, and it fails the
+    same way."""
+    tree = variant("01_vector_add", "triton", {"vector_add.py": [(ADD, ADD.replace("+", "-"))]})
+    first = failures(grade01(tree))["test_matches_reference"]
+    repro = first.repro.split("REPRO=", 1)[1].strip("'")
+    monkeypatch.setenv("GRADER_REPRO", repro)
+    r = grade01(tree)
+    ran = [c for c in r.checks if c.outcome != "not run" and c.name != "your kernels do the work"]
+    assert [c.name for c in ran] == [repro.split("@")[0]], [(c.name, c.outcome) for c in r.checks]
+    again = failures(r)["test_matches_reference"].message
+    assert again.splitlines()[0] == first.message.splitlines()[0], (again, first.message)
+    monkeypatch.setenv("GRADER_REPRO", "test_no_such_check@AAAA")
+    assert "REPRO: no check named 'test_no_such_check'" in grade01(tree).ended
+
+
+def test_strided_input_read_as_contiguous_is_named(variant):
+    """x[::2] read with stride 1: the likely cause names x as a strided view, not 'a tail'."""
+    r = grade01(variant("01_vector_add", "triton", {"vector_add.py": [
+        ("        if not t.is_contiguous():", "        if False:")]}))
+    msg = failures(r)["test_strided_input_handled_or_refused"].message
+    assert re.search(r"likely cause: `x` was a strided view \(shape \(\d+,\), strides \([23],\)\)",
+                     msg), msg
+    assert "tail" not in msg
 
 
 def test_unwritten_tail(variant):

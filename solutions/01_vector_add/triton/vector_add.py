@@ -25,8 +25,7 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     mask = offsets < n  # the last program runs past n
     x = tl.load(x_ptr + offsets, mask=mask)
     y = tl.load(y_ptr + offsets, mask=mask)
-    # add in float32 and round once on the store, as PyTorch does for fp16/bf16 (and Triton's
-    # CPU interpreter cannot add bf16 values directly: it would add their raw bits)
+    # add in float32 and round once on the store, as PyTorch does for fp16/bf16
     out = x.to(tl.float32) + y.to(tl.float32)
     tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=mask)
 

@@ -1,0 +1,33 @@
+"""QUICK=1 (GRADER_QUICK): the baselines' times come from .cache/baselines/ after the first run
+on a GPU, keyed by GPU, torch, exercise, case, mode and reference.py; without QUICK they are
+always measured."""
+import torch
+
+from grader import measure
+from grader.discover import discover
+
+EX = discover(only="01")[0]
+
+
+def test_baselines_cached_only_under_quick(monkeypatch, tmp_path):
+    calls = []
+
+    def timed(exercise, ref, case, mode, fns, graded=True):
+        calls.append(mode)
+        return {"eager": {"ms": 1.0 + len(calls)}}
+    monkeypatch.setattr(measure, "time_baselines", timed)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")
+    monkeypatch.setattr("grader.build.CACHE", tmp_path)
+    fns = {"eager": object()}
+
+    monkeypatch.delenv("GRADER_QUICK", raising=False)
+    assert measure._quick_baselines(EX, None, "forward", fns) == {"eager": {"ms": 2.0}}
+    assert not (tmp_path / "baselines").exists()  # nothing kept outside QUICK
+
+    monkeypatch.setenv("GRADER_QUICK", "1")
+    first = measure._quick_baselines(EX, None, "forward", fns)
+    again = measure._quick_baselines(EX, None, "forward", fns)
+    assert first == {"eager": {"ms": 3.0}} and again == {"eager": {"ms": 3.0, "cached": True}}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Other GPU")
+    assert measure._quick_baselines(EX, None, "forward", fns) == {"eager": {"ms": 4.0}}
+    assert len(calls) == 3
