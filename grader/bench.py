@@ -22,7 +22,7 @@ def bench_exercise(tree: Path, exercise, record) -> None:
     from grader.build import CACHE
     from grader.measure import baseline_fns, figures_for, time_baselines, time_submission
     from grader.plugin import check_limit
-    from grader.proxy import Session
+    from grader.proxy import RunnerDied, Session
     from grader.timing import measure_ceilings
     b = exercise.benchmark
     ceilings = measure_ceilings(CACHE)
@@ -30,7 +30,10 @@ def bench_exercise(tree: Path, exercise, record) -> None:
     sessions, errors = {}, {}
     for track in exercise.tracks.values():
         s = Session(tree, exercise, track, timeout_s=check_limit(exercise))
-        loaded = s.request("load", timeout_s=exercise.timeout_s)
+        try:
+            loaded = s.request("load", timeout_s=exercise.timeout_s)
+        except RunnerDied as e:
+            loaded = {"message": e.reason}
         if loaded.get("built"):
             sessions[track.name] = s
         else:
@@ -49,7 +52,7 @@ def bench_exercise(tree: Path, exercise, record) -> None:
                     t = time_submission(s, exercise, ref, case, mode, batch=graded)
                     out["checks"][name] = out["checks"].get(name) or t.pop("problem", None)
                     row["impls"][name] = figures_for(exercise, model, t, ceilings)
-                except Exception as e:  # reported; the other tracks go on
+                except (Exception, RunnerDied) as e:  # reported; the other tracks go on
                     row["impls"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
             for name, t in time_baselines(exercise, ref, case, mode, fns, graded=graded).items():
                 if "ms" in t:

@@ -127,6 +127,10 @@ def _likely_cause(g, e, bad, shape, ok, dtype) -> str | None:
             return (f"every row is wrong in the same {cols.numel()} of {shape[-1]} columns "
                     f"(first {cols[0].item()}): a column tail or a per-column input (bias, "
                     f"weight) indexed wrongly")
+        if cols.numel() < shape[-1] and rows.numel() >= max(2, 2 * cols.numel()):
+            return (f"the wrong elements, in {rows.numel()} rows, all lie in {cols.numel()} of "
+                    f"{shape[-1]} columns (first {cols[0].item()}): a column tail or a "
+                    f"per-column input (bias, weight) indexed wrongly")
         if rows.numel() < n // shape[-1] and bool(ok.view(-1, shape[-1])[rows].logical_not().all()):
             return (f"{rows.numel()} whole rows are wrong (first {rows[0].item()}): the row "
                     f"index or the row stride")
@@ -134,9 +138,15 @@ def _likely_cause(g, e, bad, shape, ok, dtype) -> str | None:
     if rel < 5e-2 and dtype == torch.float64:
         return ("small errors everywhere in float64: computing (or passing a scalar) in float32 "
                 "instead of float64?")
-    if rel < 5e-2:
-        return ("small errors everywhere: accumulating or computing in the storage dtype "
+    # fp16/bf16 math shows as relative errors of about their unit roundoff (5e-4 / 4e-3);
+    # a normalizer taken over the wrong elements, as a few percent on every element of a row
+    if rel < 5e-2 and (dtype in (torch.float16, torch.bfloat16) or rel < 5e-3):
+        return ("small errors everywhere: accumulating or computing in a 16-bit type "
                 "(fp16/bf16) instead of float32?")
+    if rel < 5e-2:
+        return ("close but off almost everywhere: a shared term (a row's sum, mean, max or "
+                "scale) taken over the wrong elements (masked lanes loaded as 0 instead of a "
+                "neutral value such as -inf for a max?), or math in a lower precision")
     return None
 
 

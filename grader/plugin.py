@@ -145,8 +145,8 @@ def pytest_runtest_logstart(nodeid, location):
 # --- hypothesis' report, for a learner who does not own the tests -----------------------------
 
 _BLOB = re.compile(r"@reproduce_failure\('([^']+)', b'([^']+)'\)")
-_DRAW = re.compile(r"^Draw \d+(?: \(([^)]*)\))?: (.*)$")
-_ARG = re.compile(r"^\s+(\w+)=(.*?),?$")
+_DRAW = re.compile(r"^Draw \d+(?: \((.*?)\))?: (.*)$")
+_ARG = re.compile(r"^    (\w+)=(.*?),?$")  # a top-level argument; nested values are indented more
 
 
 def _hypothesis(notes: list[str], item) -> tuple[str, str, list[str]]:
@@ -166,8 +166,9 @@ def _hypothesis(notes: list[str], item) -> tuple[str, str, list[str]]:
                 inside = False
             elif inside and (m := _ARG.match(line)):
                 name, value = m.groups()
-                if name not in item.fixturenames and value != "data(...)":
-                    values.append(f"{name}={value}")
+                opened = sum(value.count(c) for c in "([{") > sum(value.count(c) for c in ")]}")
+                if name not in item.fixturenames and value != "data(...)" and not opened:
+                    values.append(f"{name}={value[:80]}")
             elif m := _DRAW.match(line.strip()):
                 values.append(f"{m.group(1) or 'drawn'}={m.group(2)}")
             elif m := _BLOB.search(line):

@@ -37,8 +37,11 @@ _BUILTIN = {c.__name__: c for c in (NotImplementedError, ValueError, TypeError, 
                                     AssertionError, RuntimeError)}
 
 
-class RunnerDied(RuntimeError):
-    """The submission's process ended (crash, exit, timeout): this check, and the rest, fail."""
+class RunnerDied(BaseException):
+    """The submission's process ended (crash, exit, timeout): this check, and the rest, fail.
+
+    Not an Exception: a check that accepts a refusal (`except (RuntimeError, ValueError)`) must
+    not take a crash for one, and hypothesis must not try more examples on a dead process."""
 
     def __init__(self, reason: str, log: str = ""):
         super().__init__(reason)

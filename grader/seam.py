@@ -116,19 +116,25 @@ def recv_untrusted(conn):
 def transfer_copy(t: torch.Tensor) -> torch.Tensor:
     """A fresh copy of `t` with its size, strides and storage offset (a view like x[:, ::2] or
     x[1:] reaches the runner as that same kind of view, so strided and misaligned checks still
-    test what they mean to), in memory that is then shared with the runner."""
+    test what they mean to), in memory that is then shared with the runner.
+
+    The whole storage is copied, not only the span the view covers: a check may make a view
+    into a bigger buffer on purpose (12's A[:, :K] of a buffer whose columns past K hold 1000s,
+    so that a kernel reading past K sees them), and the runner must see the same bytes there,
+    not the end of its allocation."""
     t = t.detach()
     if t.device.type == "meta":  # a shape without data
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
     if t.numel() == 0:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
     extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
-    buf = torch.empty(t.storage_offset() + extent, dtype=t.dtype, device=t.device)
+    total = max(t.storage_offset() + extent, t.untyped_storage().nbytes() // t.element_size())
+    buf = torch.empty(total, dtype=t.dtype, device=t.device)
     if buf.device.type == "cpu":
         buf.share_memory_()  # into shared memory while empty: the copy below writes it once
-    # the storage span the view covers, copied as it lies: also right for views whose elements
-    # share memory (an expanded gradient, stride 0)
-    buf[t.storage_offset():].copy_(t.as_strided((extent,), (1,), t.storage_offset()))
+    # the storage as it lies: also right for views whose elements share memory (an expanded
+    # gradient, stride 0)
+    buf.copy_(t.as_strided((total,), (1,), 0))
     return buf.as_strided(t.shape, t.stride(), t.storage_offset())
 
 

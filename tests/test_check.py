@@ -42,6 +42,17 @@ def test_column_pattern_and_precision_hints():
     g = e * (1 + 1e-3)
     with pytest.raises(Mismatch, match="small errors everywhere"):
         assert_close(g, e, tol=TOL)
+    f = torch.rand(8, 33, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) + 0.5
+    with pytest.raises(Mismatch, match="small errors everywhere: accumulating or computing in a "
+                                       "16-bit type"):  # float32 output, fp16 math
+        assert_close(f.half().float(), f, tol=TOL, dtype=torch.float32)
+    with pytest.raises(Mismatch, match="a shared term"):  # each row divided by a wrong sum
+        assert_close((f / torch.linspace(1.01, 1.03, 8, dtype=torch.float64)[:, None]).float(),
+                     f, tol=TOL, dtype=torch.float32)
+    g = e.clone()
+    g[::2, 5] += 1.0  # half the rows wrong in one column (a ReLU hides the others)
+    with pytest.raises(Mismatch, match="in 4 rows, all lie in 1 of 33 columns"):
+        assert_close(g, e, tol=TOL)
 
 
 def test_call_checked_catches_mutation_and_aliasing():

@@ -118,3 +118,18 @@ def test_cutlass_activation_ignored(variant):
     r = run_checks(tree, "cutlass", "test_matches_reference or test_activation_sees_the_bias")
     msg = failed(r, "test_activation_sees_the_bias")
     assert "add the bias before the activation" in msg
+
+
+def test_a_crash_on_a_view_is_a_crash_not_a_refusal(variant):
+    """The submission's process dies on the view the K-tail check passes: that check crashed
+    (the check accepts refusals as RuntimeError/ValueError, and must not take the crash for
+    one, nor blame the message of a refusal that never happened)."""
+    tree = variant(EX, "triton", {"matmul_tc.py": [
+        ("    args = (A, B, bias, C,",
+         "    if A.stride(0) != A.shape[1]:\n        import os, signal\n"
+         "        os.kill(os.getpid(), signal.SIGSEGV)\n    args = (A, B, bias, C,")]})
+    r = run_checks(tree, "triton", "test_k_tail_reads_nothing_past_k and float16")
+    runs = [v for k, v in r.items() if k.startswith("test_k_tail_reads_nothing_past_k")]
+    assert runs and all(v["outcome"] == "failed" and v.get("crashed") for v in runs), runs
+    assert all("segmentation fault" in v["message"] and "refused" not in v["message"]
+               for v in runs), runs

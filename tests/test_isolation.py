@@ -66,6 +66,18 @@ def test_strided_input_read_as_contiguous_is_named(variant):
     assert "tail" not in msg
 
 
+def test_a_crash_is_never_taken_for_a_refusal(variant):
+    """A check that accepts a refusal (`except (RuntimeError, ValueError)`) sees the submission's
+    process die on a strided input: the check crashed, with the crash's reason."""
+    r = grade01(variant("01_vector_add", "triton", {"vector_add.py": [
+        ("        if not t.is_contiguous():",
+         "        if not t.is_contiguous():\n            import os, signal\n"
+         "            os.kill(os.getpid(), signal.SIGSEGV)")]}))
+    c = next(c for c in r.checks if c.name.startswith("test_strided_input_handled_or_refused"))
+    assert c.outcome == "crashed" and "segmentation fault" in c.message, c
+    assert "refused" not in c.message
+
+
 def test_unwritten_tail(variant):
     r = grade01(variant("01_vector_add", "triton",
                         {"vector_add.py": [("mask = offsets < n", "mask = offsets < n - 1")]}))

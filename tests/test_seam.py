@@ -58,3 +58,15 @@ def test_a_tracks_own_library_style_kernels_are_recognized_mangled_or_not():
     assert delegation(observed, ex, own, what="matmul_act()") is None
     other = SimpleNamespace(allow=(), own_kernels=())
     assert "library kernel" in delegation(observed, ex, other, what="matmul_act()")
+
+
+def test_transfer_copy_keeps_the_bytes_around_a_view():
+    """A view into a bigger buffer reaches the runner with the buffer's bytes around it: a
+    kernel that reads past the view's last row reads what it would read in the judge."""
+    from grader.seam import transfer_copy
+    big = torch.full((4, 10), 1000.0)
+    big[:, :3] = torch.arange(12.0).view(4, 3)
+    view = big[:, :3]
+    c = transfer_copy(view)
+    assert c.stride() == view.stride() and torch.equal(c, view)
+    assert torch.equal(c.as_strided((40,), (1,), 0), big.reshape(-1))  # past the last row too

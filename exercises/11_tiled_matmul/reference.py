@@ -38,6 +38,30 @@ def reference(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor) -> torch.Ten
         return _linear_relu(A.to(compute), B.to(compute), bias.to(compute)).to(A.dtype)
 
 
+def matching(args, y):
+    """The reference for one timed call whose output is `y`, for the grader's validation of
+    timed outputs (grader/measure.py `validate`, which compares gradients normwise).
+
+    At the ReLU's kink the mask is a coin toss: where |Z| = |A @ B + bias| is within the float32
+    rounding bound of 0 (32 sqrt(K+1) u sum_k |A_ik B_kj|, u = 2^-24: 8 times the checks' bound,
+    see grader.testing.sum_bound), a right fp32 Z may land on either side, and dY passes or not
+    depending on it. At 4096^3 a few dozen such elements flip; each carries a whole dY entry into
+    a row of dA and a column of dB: ~1e-3 normwise, ten times the fp32 bound. So: Z's own sign
+    everywhere, and the side `y` shows only inside that band (a tiny fraction of the elements).
+    """
+    import math
+    A64, B64, b64 = (t.detach().double() for t in args)
+    with torch.no_grad():
+        Z = torch.addmm(b64, A64, B64)
+        band = 32 * math.sqrt(A64.shape[1] + 1) * 2.0 ** -24 * (A64.abs() @ B64.abs() + b64.abs())
+        keep = torch.where(Z.abs() <= band, y.detach().to(Z.device) > 0, Z > 0)
+
+    def fn(A, B, bias):
+        z = torch.addmm(bias, A, B)
+        return z * keep.to(z.dtype)
+    return fn
+
+
 def two_layers(op):
     """A small model around the op for the torch.compile check: two linear_relu layers, every
     weight an explicit argument (and nothing but the op inside, so no other matmul)."""

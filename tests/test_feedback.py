@@ -1,4 +1,5 @@
-"""grader.progress: what a track is doing while the learner waits, from its growing event log."""
+"""What a learner reads while and after grading: progress lines from a growing event log, and
+hypothesis' report cut to the drawn values."""
 import io
 import json
 
@@ -45,3 +46,27 @@ def test_terminal_line_is_rewritten_and_cleared(tmp_path):
     assert "\n" not in out.getvalue()
     p.end("01_vector_add [triton]")
     assert out.getvalue().endswith("\r")  # the line was blanked out
+
+
+def test_hypothesis_report_keeps_the_drawn_values_only():
+    """A failing property check shows what was drawn, not the fixtures (some print as pages)."""
+    from types import SimpleNamespace
+    from grader.plugin import _hypothesis
+    note = ("Failing test case: test_backward_matches_reference(\n"
+            "    impl=Impl(solutions/05_softmax/triton),\n"
+            "    exercise=Exercise(\n"
+            "        number='05',\n"
+            "        name='softmax',\n"
+            "    ),\n"
+            "    data=data(...),\n"
+            "    dtype=torch.bfloat16,\n"
+            "    seed=19523,\n"
+            ")\n"
+            "Draw 1 ((rows, N)): (7, 3)\n"
+            "Draw 2 (layout): 'MN'\n"
+            "\nYou can reproduce this test case by temporarily adding "
+            "@reproduce_failure('6.170.15', b'AEECQkxD') as a decorator on your test function")
+    item = SimpleNamespace(fixturenames=["impl", "exercise", "device"])
+    example, blob, rest = _hypothesis([note, "another note"], item)
+    assert example == "dtype=torch.bfloat16, seed=19523, (rows, N)=(7, 3), layout='MN'"
+    assert blob == "AEECQkxD" and rest == ["another note"]
