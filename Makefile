@@ -48,8 +48,10 @@ exercise-%: $(SETUP)
 bench: $(SETUP)
 	$(PY) -m grader bench $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(BENCH_IMPL)) --out $(BENCH_OUT)
 
+# Workers side by side only with Landlock: without it a grade snapshots and restores the whole
+# repository, and a tampering test's write would race the other worker's reads (tests/conftest.py)
 test: $(SETUP)
-	$(PY) -m pytest tests $$($(PY) -c "import xdist" 2>/dev/null && echo "-n $(TEST_JOBS)")
+	$(PY) -m pytest tests $$($(PY) -c "import xdist; from grader.trust import landlock_available as l; assert l()" 2>/dev/null && echo "-n $(TEST_JOBS)")
 
 list: $(SETUP)
 	@$(PY) -m grader list

@@ -127,7 +127,8 @@ def _worker(tree, exercise, track, phase, events, timeout_s, progress=None):
                     if time.monotonic() >= deadline:
                         timed_out = timeout_s
                         break
-                    progress.tick(label)
+                    if progress is not None:
+                        progress.tick(label)
         finally:
             if progress is not None:
                 progress.end(label)

@@ -10,6 +10,14 @@ HAS_GPU = torch.cuda.is_available()
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason without one)")
+    from grader.trust import landlock_available
+    if getattr(config.option, "numprocesses", None) and not landlock_available():
+        # without Landlock every grade snapshots the repository and restores it afterwards: the
+        # gallery's tampering entries really write into it, and a grade in another worker would
+        # read (and restore, and be blamed for) those writes
+        raise pytest.UsageError("tests in parallel (-n) need Landlock (pip install -r "
+                                "requirements.txt: the landlock package, and a Linux kernel "
+                                "with Landlock); without it, run them in one process")
 
 
 def pytest_collection_modifyitems(config, items):

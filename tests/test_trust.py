@@ -8,6 +8,8 @@ Triton's CPU interpreter or a C++ CPU path.
 import os
 import subprocess
 
+from pathlib import Path
+
 import pytest
 
 from grader.discover import ROOT, discover
@@ -197,6 +199,25 @@ def test_rewriting_the_repository_is_tampering(variant, fast, target):
     assert s.total == 0
     after = (ROOT / target).read_bytes() if (ROOT / target).exists() else None
     assert after == before
+
+
+def test_without_landlock_the_snapshot_undoes_every_change(tmp_path):
+    """The fallback where a kernel has no Landlock: every file under the roots is kept, and a
+    change, a deletion or a new file is undone and named (outside the skipped caches)."""
+    from grader.trust import Snapshot
+    (tmp_path / "a.py").write_text("a")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.py").write_text("b")
+    (tmp_path / "cache").mkdir()
+    snap = Snapshot.take([tmp_path], skip={str(tmp_path / "cache")})
+    (tmp_path / "a.py").write_text("changed")
+    (tmp_path / "sub" / "b.py").unlink()
+    (tmp_path / "new.py").write_text("new")
+    (tmp_path / "cache" / "built.so").write_text("a build output")
+    changed = snap.restore()
+    assert sorted(Path(c).name for c in changed) == ["a.py", "b.py", "new.py"], changed
+    assert (tmp_path / "a.py").read_text() == "a" and (tmp_path / "sub" / "b.py").read_text() == "b"
+    assert not (tmp_path / "new.py").exists() and (tmp_path / "cache" / "built.so").exists()
 
 
 def test_the_sandbox_is_on():
