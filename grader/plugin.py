@@ -109,7 +109,7 @@ def pytest_collection_modifyitems(config, items):
             # a backstop: the proxy stops waiting for the submission at the check's limit first
             item.add_marker(pytest.mark.timeout(check_limit(exercise) + 60, method="thread"))
     if os.environ.get("GRADER_REPRO"):
-        chosen = _repro(config, keep)
+        chosen = _repro(keep)
         drop += [i for i in keep if i not in chosen]
         keep = chosen
     if drop:
@@ -185,7 +185,7 @@ def _repro_command(item, blob: str) -> str:
     return f"make exercise-{number} {which}REPRO='{_short(item.nodeid)}@{blob}'"
 
 
-def _repro(config, items) -> list:
+def _repro(items) -> list:
     """REPRO=check@blob (make exercise-NN REPRO=...): only that check, on that one example."""
     name, _, blob = os.environ.get("GRADER_REPRO", "").partition("@")
     chosen = [i for i in items if _short(i.nodeid) == name]

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from grader import seam, trust
-from grader.check import Mismatch
+from grader.check import Mismatch, note_call
 from grader.discover import ROOT
 
 _BUILTIN = {c.__name__: c for c in (NotImplementedError, ValueError, TypeError, IndexError,
@@ -252,7 +252,6 @@ def remote_call(session: Session, target, args, kwargs=None, *, what: str, names
     """Call `target` in the runner with `args`; autograd-aware. `names`: the parameters' names,
     for feedback about the arguments."""
     kwargs = kwargs or {}
-    from grader.check import note_call
     note_call(args, names)
     grad = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
     if grad and torch.is_grad_enabled():
