@@ -131,6 +131,9 @@ def feedback(ex: Exercise, r: TrackResult, *, full: bool = False) -> str:
                        _indent("\n".join(z["findings"])))
         else:
             out.append(f"{head}: compute-sanitizer {z.get('tool')}: no errors in the checks that ran")
+        if not z.get("unavailable"):
+            out.append(f"    (under compute-sanitizer the profiler sees no GPU kernels: the rule "
+                       f"\"your kernels do the work\" was checked for PyTorch ops only)")
     p = r.performance
     if p and p.get("status") in ("measured", "rejected"):
         text = performance_text(p) if full else performance_line(p)

@@ -76,6 +76,12 @@ def delegation(observed: dict, exercise, track, *, what: str) -> str | None:
     own = re.compile("|".join(_name_forms(k) for k in track.own_kernels) or "(?!)", re.I)
     # [name, stream, launched under an ATen op, launch found]: only kernels whose launch was
     # found are judged (an unattributed kernel is never held against the submission)
+    if observed.get("gpu") and observed.get("stream") is None and os.environ.get("GRADER_SANITIZE"):
+        # Under compute-sanitizer the profiler records no GPU activity (the sanitizer holds the
+        # tracing interface): not even the grader's own marker kernel shows, so the kernel
+        # evidence is missing, not negative. The ATen-op rule above still held; the kernel
+        # rules are not applied (SANITIZE runs are for finding bugs, without timing).
+        return None
     kernels = [k for k in observed.get("kernels") or [] if k[3]]
     library = [k[0] for k in kernels if not k[2] and LIBRARY_KERNELS.search(k[0])
                and not own.search(k[0])]

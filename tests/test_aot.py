@@ -104,11 +104,11 @@ def test_a_library_built_for_another_torch_is_refused(built, tmp_path, monkeypat
 def test_a_failed_build_is_summarized_and_recorded(variant, keep_env):
     """Compiler errors come back as the first errors with file and line, as for a JIT build;
     the failure is recorded beside the library, so the same sources are not compiled again."""
-    tree = variant(EX06.id, "cuda", {"rmsnorm.cu": [("#include", "#error broken on purpose\n#include")]})
+    tree = variant(EX06.id, "cuda", {"rmsnorm_kernels.cu": [("#include", "#error broken on purpose\n#include")]})
     try:
         with pytest.raises(BuildError) as e:
             build_aot(tree, EX06, CUDA)
-        assert re.search(r"rmsnorm\.cu:\d+: error: .*broken on purpose", str(e.value)), str(e.value)
+        assert re.search(r"rmsnorm_kernels\.cu:\d+: error: .*broken on purpose", str(e.value)), str(e.value)
         start = time.perf_counter()
         with pytest.raises(BuildError) as again:
             build_aot(tree, EX06, CUDA)

@@ -72,28 +72,19 @@ def test_dw_db_accumulated_in_bf16_cpu(variant):
 
 # --- the CUDA kernels (GPU only) ---------------------------------------------------------------
 
-ONE_PASS_CU = (
-    "    st = block_welford(st, shared);\n"
-    "    const A mean = st.mean;\n"
-    "    const A rstd = rsqrt_(st.m2 / static_cast<A>(N) + eps);  // biased variance: M2 / N\n",
-    "    A s_ = 0, ss_ = 0;  // one pass: var = E[x^2] - E[x]^2\n"
-    "    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {\n"
-    "      const V v = xr[i];\n"
-    "      for (int j = 0; j < VEC; ++j) {\n"
-    "        const A a = to_math(v.v[j]);\n"
-    "        s_ += a;\n"
-    "        ss_ += a * a;\n"
-    "      }\n"
-    "    }\n"
-    "    __shared__ A sh_[2][33];\n"
-    "    block_sum2(s_, ss_, sh_);\n"
-    "    const A mean = s_ / static_cast<A>(N);\n"
-    "    const A rstd = rsqrt_(ss_ / static_cast<A>(N) - mean * mean + eps);\n")
+ONE_PASS_CU = [
+    ("        vec_dev(fresh(xc[k]), mean0, a1, a2);",
+     "        vec_dev(fresh(xc[k]), A(0), a1, a2);  // one pass: sums of x and x^2"),
+    ("      const A c = s1 / static_cast<A>(N);\n      mean = mean0 + c;\n"
+     "      // biased variance; >= 0 in real numbers, clamped against a rounding below 0\n"
+     "      rstd = rsqrt_(std::max((s2 - s1 * c) / static_cast<A>(N), A(0)) + eps);\n",
+     "      mean = s1 / static_cast<A>(N);  // var = E[x^2] - E[x]^2\n"
+     "      rstd = rsqrt_(s2 / static_cast<A>(N) - mean * mean + eps);\n")]
 
 
 @pytest.mark.gpu
 def test_one_pass_variance_cuda(variant):
-    tree = variant(EX, "cuda", {CU: [ONE_PASS_CU]})
+    tree = variant(EX, "cuda", {CU: ONE_PASS_CU})
     code, out = run_checks(tree, "large_offsets")
     bad = failed(out)
     assert code != 0 and any(t.startswith("test_large_offsets[cuda") for t in bad), out[-3000:]
@@ -102,19 +93,9 @@ def test_one_pass_variance_cuda(variant):
 
 
 BF16_SUMS_CU = [
-    ("  A dwc[K][VEC];   // dw, db of the cached columns, summed over this block's rows\n"
-     "  A dbc[K][VEC];\n",
-     "  T dwc[K][VEC];   // running sums in T\n"
-     "  T dbc[K][VEC];\n"),
-    ("for (int j = 0; j < VEC; ++j) dwc[k][j] = dbc[k][j] = 0;",
-     "for (int j = 0; j < VEC; ++j) dwc[k][j] = dbc[k][j] = from_math<T>(A(0));"),
-    ("            dwc[k][j] += d * xh;\n            dbc[k][j] += d;\n",
-     "            dwc[k][j] = from_math<T>(to_math(dwc[k][j]) + d * xh);\n"
-     "            dbc[k][j] = from_math<T>(to_math(dbc[k][j]) + d);\n"),
-    ("          pw[i * VEC + j] = dwc[k][j];\n          pb[i * VEC + j] = dbc[k][j];\n",
-     "          pw[i * VEC + j] = to_math(dwc[k][j]);\n"
-     "          pb[i * VEC + j] = to_math(dbc[k][j]);\n"),
-]
+    ("          aw.v[j] += d * xh;\n          ab.v[j] += d;\n",
+     "          aw.v[j] = to_math(from_math<T>(aw.v[j] + d * xh));  // running sums in T\n"
+     "          ab.v[j] = to_math(from_math<T>(ab.v[j] + d));\n")]
 
 
 @pytest.mark.gpu

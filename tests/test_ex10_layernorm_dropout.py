@@ -119,7 +119,8 @@ def test_one_pass_variance(variant):
 
 def test_drops_with_probability_1_minus_p(variant):
     """keep = u < p: the kept fraction is p instead of 1 - p."""
-    tree = variant(EX, "triton", {FILE: [("    return u >= p\n", "    return u < p\n"),
+    tree = variant(EX, "triton", {FILE: [("        keep = u >= p\n", "        keep = u < p\n"),
+                                         ("        keep = u >= p\n", "        keep = u < p\n"),
                                          (" + 0.5 >= p * 65536.0\n", " + 0.5 < p * 65536.0\n")]})
     found = failures(tree, "test_forward_matches_reference")
     msg = one_failure(found, "test_forward_matches_reference")

@@ -148,7 +148,7 @@ def test_scorecard_completes_after_a_crash(variant, tmp_path):
 # --- CUDA: compile errors everywhere, broken kernels on the GPU --------------------------------
 
 EX02 = discover(only="02")[0]
-VEC_START = "  const int64_t n_vec = n / Vec::kSize;  // whole vectors\n"
+VEC_START = "  const int64_t n_vec = n / kSize;  // whole vectors\n"
 
 
 def grade02(tree, **kw):
@@ -156,20 +156,20 @@ def grade02(tree, **kw):
 
 
 def test_compile_error_shows_file_line_and_source(variant):
-    r = grade02(variant("02_scale", "cuda", {"scale.cu": [(VEC_START, VEC_START + "  int oops = ;\n")]}))
+    r = grade02(variant("02_scale", "cuda", {"scale_kernels.cu": [(VEC_START, VEC_START + "  int oops = ;\n")]}))
     assert r.build["ok"] is False and r.build["stage"] == "build"
     msg = r.build["message"]
     line = VEC_START.strip()
-    src = (ROOT / "solutions/02_scale/cuda/scale.cu").read_text().splitlines()
+    src = (ROOT / "solutions/02_scale/cuda/scale_kernels.cu").read_text().splitlines()
     lineno = next(i for i, l in enumerate(src, 1) if l.strip() == line) + 1
-    assert f"02_scale/cuda/scale.cu:{lineno}: error: expected an expression" in msg, msg
+    assert f"02_scale/cuda/scale_kernels.cu:{lineno}: error: expected an expression" in msg, msg
     assert f"{lineno} | int oops = ;" in msg
     assert len(msg.splitlines()) < 15  # the first errors, not the template backtrace
 
 
 @pytest.mark.gpu
 def test_illegal_memory_access_stops_the_track_cleanly(variant):
-    r = grade02(variant("02_scale", "cuda", {"scale.cu": [
+    r = grade02(variant("02_scale", "cuda", {"scale_kernels.cu": [
         (VEC_START, VEC_START + "  if (n > 0) out[int64_t(1) << 40] = x[0];  // far out of bounds\n")]}))
     # the error reaches the check that made the call, or ends the submission's process (the
     # context is broken); either way the learner reads "illegal memory access" and the rest stops
@@ -183,7 +183,7 @@ def test_illegal_memory_access_stops_the_track_cleanly(variant):
 @pytest.mark.gpu
 def test_hung_kernel_times_out(variant, monkeypatch):
     monkeypatch.setenv("GRADER_CHECK_TIMEOUT", "20")
-    r = grade02(variant("02_scale", "cuda", {"scale.cu": [
+    r = grade02(variant("02_scale", "cuda", {"scale_kernels.cu": [
         (VEC_START, VEC_START + "  if (n > 0) { for (;;) __nanosleep(1000); }  // hangs (a sleep: not optimized away)\n")]}),
         timeout_s=300)
     assert r.ended.startswith("timed out"), r.ended

@@ -280,7 +280,7 @@ def test_returning_something_else(variant, fast):
 
 @pytest.mark.gpu
 def test_delegating_through_at_in_cuda(variant, fast):
-    tree = variant("02_scale", "cuda", {"scale.cu": [
+    tree = variant("02_scale", "cuda", {"scale.cpp": [
         ("#include <torch/library.h>", "#include <ATen/ops/mul.h>\n#include <torch/library.h>"),
         ("  if (n == 0) return out;  // a launch", "  if (n > 0) return at::mul(x, a);\n  if (n == 0) return out;  // a launch")]})
     r, s = grade(tree, "02")
@@ -289,7 +289,7 @@ def test_delegating_through_at_in_cuda(variant, fast):
 
 @pytest.mark.gpu
 def test_a_side_stream_is_a_failed_check(variant, fast):
-    tree = variant("02_scale", "cuda", {"scale.cu": [
+    tree = variant("02_scale", "cuda", {"scale.cpp": [
         ("  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();",
          "  static cudaStream_t side = [] { cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); return s; }();\n"
          "  const cudaStream_t stream = side;")]})
@@ -347,7 +347,7 @@ def test_a_race_fails(variant, monkeypatch):
     """06's dw reduction without the barrier between writing its shared partial sums and warp
     0 reading them: other warps' slots are read before they are written."""
     monkeypatch.setenv("GRADER_SELECT", "backward_matches or dw_over_many_rows")
-    tree = variant("06_rmsnorm", "cuda", {"rmsnorm.cu": [
+    tree = variant("06_rmsnorm", "cuda", {"rmsnorm_kernels.cu": [
         ("  sums[threadIdx.y][threadIdx.x] = s;\n  __syncthreads();",
          "  sums[threadIdx.y][threadIdx.x] = s;")]})
     r, s = grade(tree, "06", "cuda")

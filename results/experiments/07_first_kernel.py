@@ -1,6 +1,7 @@
 """Exercise 07 (layernorm): time a sound first CUDA implementation, the solution and the
-baselines at the graded case, (32768, 4096) bf16 (GPU only; ~1-1.5 min from the repo root,
---sweep-constants ~30 s more per variant).
+baselines at the graded case, (32768, 4096) bf16 (GPU only; ~1 min from the repo root,
+--sweep-constants ~3 min more on a 16-core host: the variants build in parallel, ~40 s, then
+each is timed in a process of its own, ~12 s each).
 
     python results/experiments/07_first_kernel.py [--sweep-constants]
 
@@ -12,12 +13,14 @@ reads mostly from L1/L2); backward one block per row for dx and a second kernel 
 
 Prints, per implementation: forward, forward+backward and backward-alone times (median of
 triton.testing.do_bench, L2 flushed), and each as a fraction of the copy bandwidth measured in
-the same run, by the bytes of reference.traffic (backward: 805.6 MB). These set the thresholds
-in exercises/07_layernorm/exercise.toml (pass: near "first"; full: near the solution).
+the same run, by the bytes of reference.traffic (backward: 805.6 MB); the largest difference
+from F.layer_norm of y and of dx, dw, db (the same dy). These set the thresholds in
+exercises/07_layernorm/exercise.toml (pass: near "first"; full: near the solution).
 
---sweep-constants also builds the solution with other kFwdPersistent / kFwdVecsPerThread /
-kBwdVecsPerThread / kBwdBlocksPerSM and register caps (__launch_bounds__) for the forward and
-the backward (8 variants, each in a process of its own: ~20 s a build) and prints the same rows.
+--sweep-constants also builds the solution with other values of the constants at the top of
+solutions/07_layernorm/cuda/layernorm_kernels.cu (CONSTANTS below: the forward as a block per
+row, Welford, persistent, the first solution's shape; the backward without prefetch, with its
+dw/db sums in global memory, with other block shapes) and prints the same rows, one per variant.
 """
 import ctypes
 import importlib.util
@@ -196,6 +199,9 @@ def rows(impls: dict, backward_ops: dict, gbs: float) -> list:
     x, w, b, eps = ref.bench_inputs(case, torch.bfloat16, "cuda", g)
     dy = torch.randn_like(x)
     want = ref.native(x, w, b, eps).float()
+    xg, wg, bg = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    ref.native(xg, wg, bg, eps).backward(dy)
+    want_grads = [t.grad.float() for t in (xg, wg, bg)]
     out = []
     for name, fn in impls.items():
         try:
@@ -205,10 +211,14 @@ def rows(impls: dict, backward_ops: dict, gbs: float) -> list:
             fb = bench(lambda: fn(xg, wg, bg, eps).backward(dy))
             bw = backward_ops[name](x, w, b, dy) if name in backward_ops else fb - f
             ideal = lambda nbytes, us: nbytes / us / 1e3 / gbs
+            xg, wg, bg = (t.detach().clone().requires_grad_() for t in (x, w, b))
+            fn(xg, wg, bg, eps).backward(dy)
+            grad_err = {f"max_err_{n}": (t.grad.float() - e).abs().max().item()
+                        for n, t, e in zip(("dx", "dw", "db"), (xg, wg, bg), want_grads)}
             out.append({"impl": name, "fwd_us": round(f, 1), "fwd_of_copy": round(ideal(fwd_b, f), 3),
                         "fwdbwd_us": round(fb, 1), "fwdbwd_of_copy": round(ideal(all_b, fb), 3),
                         "bwd_us": round(bw, 1), "bwd_of_copy": round(ideal(bwd_b, bw), 3),
-                        "bwd_timed": name in backward_ops, "max_err_vs_native": err})
+                        "bwd_timed": name in backward_ops, "max_err_vs_native": err, **grad_err})
         except Exception as e:  # a missing peer (liger) or a failed build: report, go on
             out.append({"impl": name, "error": f"{type(e).__name__}: {str(e)[:200]}"})
     return out
@@ -256,50 +266,99 @@ def main():
         sweep()
 
 
+KERNELS = "layernorm_kernels.cu"
+
+
+def const(name: str, old, new) -> tuple[str, str]:
+    """An edit of one constant's line at the top of the solution's kernels file."""
+    kind = "bool" if isinstance(old, bool) else "int"
+    text = lambda v: str(v).lower() if kind == "bool" else str(v)
+    return (f"constexpr {kind} {name} = {text(old)};", f"constexpr {kind} {name} = {text(new)};")
+
+
+# The solution's defaults (2026-11-23): forward a warp per row (kFwdWarpRows = 4 rows per block,
+# 16 vectors per lane), statistics in two passes over registers, not persistent; backward
+# persistent with 128-thread blocks (kBwdVecsPerThread = 4), kBwdBlocksPerSM = 4, the next row
+# prefetched, w in registers, dw/db sums in shared memory. Each variant changes one or a few of
+# these (ptxas register counts of the bf16 kernels, CUDA 13.0, sm_90, in the comments).
 CONSTANTS = {
-    # the solution's forward is one block per row since 2026-11-22 (persistent: 248.5 us, H200)
-    "fwd_persistent": [("constexpr bool kFwdPersistent = false;", "constexpr bool kFwdPersistent = true;")],
-    "fwd_vpt2": [("constexpr int kFwdVecsPerThread = 1;", "constexpr int kFwdVecsPerThread = 2;")],
-    "bwd_vpt2": [("constexpr int kBwdVecsPerThread = 1;", "constexpr int kBwdVecsPerThread = 2;")],
-    "bwd_bps1": [("constexpr int kBwdBlocksPerSM = 2;", "constexpr int kBwdBlocksPerSM = 1;")],
-    "bwd_bps4": [("constexpr int kBwdBlocksPerSM = 2;", "constexpr int kBwdBlocksPerSM = 4;")],
-    # ptxas (CUDA 13.0, sm_90): the bf16 backward with dx and dw/db uses 98 registers, so only
-    # one 512-thread block fits an SM (16 warps). Capped at 64 (2 blocks, 32 warps) it spills
-    # ~150 bytes per thread: which wins is this row.
-    "bwd_launch_bounds_2": [(
-        "template <typename T, int VEC, int K, bool kDx, bool kDwDb>\n"
-        "__global__ void __launch_bounds__(kMaxThreads)",
-        "template <typename T, int VEC, int K, bool kDx, bool kDwDb>\n"
-        "__global__ void __launch_bounds__(kMaxThreads, 2)")],
-    # the bf16 forward uses 52 registers: 2 blocks of 512 threads per SM. Capped at 32 (4
-    # blocks) it spills ~90 bytes per thread; capped at 40 (3 blocks) less
-    "fwd_launch_bounds_4": [(
-        "template <typename T, int VEC, int K>\n__global__ void __launch_bounds__(kMaxThreads)",
-        "template <typename T, int VEC, int K>\n__global__ void __launch_bounds__(kMaxThreads, 4)")],
-    "fwd_launch_bounds_3": [(
-        "template <typename T, int VEC, int K>\n__global__ void __launch_bounds__(kMaxThreads)",
-        "template <typename T, int VEC, int K>\n__global__ void __launch_bounds__(kMaxThreads, 3)")],
+    # forward: Welford/Chan merges (a division per shuffle step) instead of the two-pass sums
+    "fwd_welford": [const("kFwdWelford", False, True)],
+    # forward: a block per row, 128 threads x 4 vectors (68 registers: 7 rows per SM; 4 barriers)
+    "fwd_block_k4": [const("kFwdWarpRows", 4, 0)],
+    # forward: a block per row, 64 threads x 8 vectors (2 warps per barrier; 64 registers)
+    "fwd_block_k8": [const("kFwdWarpRows", 4, 0), const("kFwdVecsPerThread", 4, 8)],
+    # forward: a warp per row, persistent with the next row prefetched (2x the x registers)
+    "fwd_warp_persistent": [const("kFwdPersistent", False, True)],
+    # forward as first solved: 512 threads x 1 vector, Welford, persistent (248.5 us then)
+    "fwd_as_first": [const("kFwdWarpRows", 4, 0), const("kFwdVecsPerThread", 4, 1),
+                     const("kFwdWelford", False, True), const("kFwdPersistent", False, True)],
+    # backward: no prefetch, up to 6 blocks per SM (shared memory allows 6 at N = 4096; ptxas
+    # still takes 128 registers, so 4 fit: this measures the prefetch at the same occupancy)
+    "bwd_no_prefetch": [const("kBwdPrefetch", True, False), const("kBwdBlocksPerSM", 4, 6)],
+    # backward: dw/db sums read-modified-written in the partial rows (L1/L2), not shared memory
+    "bwd_global_sums": [const("kBwdDwDbShared", True, False)],
+    # backward: w read per row from L1 instead of kept in registers
+    "bwd_w_from_l1": [const("kBwdCacheW", True, False)],
+    # backward: 256 threads x 2 vectors (106 registers: 2 blocks per SM)
+    "bwd_k2": [const("kBwdVecsPerThread", 4, 2)],
+    # backward: 2 blocks per SM (half the partial rows: ~9 MB less to write and read back)
+    "bwd_bps2": [const("kBwdBlocksPerSM", 4, 2)],
+    # backward in the first solution's shape: 512 threads x 1 vector, 2 blocks per SM (64
+    # registers; the first solution's kernel had 98: 1 block)
+    "bwd_as_first": [const("kBwdVecsPerThread", 4, 1), const("kBwdBlocksPerSM", 4, 2)],
+    # both: "evict first" cache hints on the streams of rows (x, dy loads; y, dx stores)
+    "stream_hints": [const("kStreamHints", False, True)],
 }
 
 
+def variant_tree(name: str, edits) -> Path:
+    """A copy of the solution's track with `edits` applied to its kernels file."""
+    tree = Path(tempfile.mkdtemp(prefix=f"ex07-{name}-"))
+    dst = tree / "07_layernorm" / "cuda"
+    shutil.copytree(ROOT / "solutions" / "07_layernorm" / "cuda", dst)
+    cu = dst / KERNELS
+    text = cu.read_text()
+    for a, b in edits:
+        assert text.count(a) == 1, (name, a)
+        text = text.replace(a, b)
+    cu.write_text(text)
+    return tree
+
+
 def sweep():
-    """Each variant: the solution with one constant changed, built and timed in a fresh process
+    """Each variant: the solution with some constants changed. All are built first, in parallel
+    (each build is mostly one compiler process), then each is timed alone in a fresh process
     (the ops of one namespace cannot be registered twice in one process)."""
-    for name, edits in CONSTANTS.items():
-        tree = Path(tempfile.mkdtemp(prefix=f"ex07-{name}-"))
-        dst = tree / "07_layernorm" / "cuda"
-        shutil.copytree(ROOT / "solutions" / "07_layernorm" / "cuda", dst)
-        cu = dst / "layernorm_kernels.cu"
-        text = cu.read_text()
-        for a, b in edits:
-            assert a in text, (name, a)
-            text = text.replace(a, b)
-        cu.write_text(text)
-        out = subprocess.run([sys.executable, __file__, "--child", str(tree)], capture_output=True,
-                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
-        print(f"{name}: {lines[-1] if lines else out.stderr[-400:]}", flush=True)
+    from grader.build import CACHE, tree_tag
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MAX_JOBS": "2"}
+    trees = {name: variant_tree(name, edits) for name, edits in CONSTANTS.items()}
+    builds = {}
+    for name, tree in trees.items():
+        log = open(tree / "build.log", "w")
+        builds[name] = subprocess.Popen([sys.executable, __file__, "--build", str(tree)], env=env,
+                                        stdout=log, stderr=subprocess.STDOUT)
+    failed = {}
+    for name, p in builds.items():
+        if p.wait() != 0:
+            failed[name] = (trees[name] / "build.log").read_text()[-600:]
+    for name, tree in trees.items():
+        if name in failed:
+            print(f"{name}: build failed: {failed[name]}", flush=True)
+        else:
+            out = subprocess.run([sys.executable, __file__, "--child", str(tree)],
+                                 capture_output=True, text=True, env=env)
+            lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+            print(f"{name}: {lines[-1] if lines else out.stderr[-400:]}", flush=True)
         shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(CACHE / "build" / tree_tag(tree), ignore_errors=True)
+
+
+def build_only(tree: Path):
+    from grader.build import build
+    from grader.discover import EXERCISES, load_exercise
+    ex = load_exercise(EXERCISES / "07_layernorm")
+    build(tree, ex, ex.tracks["cuda"])
 
 
 def child(tree: Path):
@@ -317,5 +376,7 @@ def child(tree: Path):
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--child":
         child(Path(sys.argv[2]))
+    elif len(sys.argv) > 2 and sys.argv[1] == "--build":
+        build_only(Path(sys.argv[2]))
     else:
         main()

@@ -1,7 +1,7 @@
 """Exercise 06 — rmsnorm, CUDA C++ track, solved: the Python half of the op.
 
-rmsnorm.cu defines the schema (TORCH_LIBRARY) and the CPU and CUDA kernels. What the
-dispatcher still needs comes from here:
+rmsnorm.cpp defines the schema (TORCH_LIBRARY) and the CPU and CUDA implementations (the CUDA
+kernels are in rmsnorm_kernels.cu). What the dispatcher still needs comes from here:
 
 - a fake ("meta") implementation: torch.compile, opcheck and torch.export run the op on
   FakeTensors (shapes, dtypes and devices, no data) to learn what it returns without running a
@@ -14,7 +14,7 @@ own, build it with torch.utils.cpp_extension.load(..., is_python_module=False) f
 import torch
 
 if not hasattr(torch.ops.ex06_cuda, "rmsnorm_fwd"):
-    raise ImportError("the ex06_cuda ops are not registered: load the built rmsnorm.cu library "
+    raise ImportError("the ex06_cuda ops are not registered: load the built rmsnorm_ext library "
                       "(torch.ops.load_library) before importing rmsnorm.py")
 
 

@@ -1,6 +1,6 @@
 // Exercise 07 — layernorm, CUDA C++ track, solved: the kernels and their launchers.
 //
-//   y    = (x - mean) * rstd * w + b      mean, var = Welford over the row (biased variance),
+//   y    = (x - mean) * rstd * w + b      mean, var over the row (biased variance),
 //   rstd = 1 / sqrt(var + eps)            fp32 math (fp64 for fp64), y in x's dtype
 //   x̂ = (x - mean) * rstd,  g = dy * w
 //   dx = rstd * (g - mean(g) - x̂ * mean(g * x̂))
@@ -8,49 +8,105 @@
 //
 // Napkin math, (32768, 4096) bf16: M*N = 2^27 elements, 268 MB per tensor (5x the 50-60 MB L2).
 //   forward   read x, write y (+ w, b, mean, rstd: 0.3 MB)      537 MB -> 126 us at 4.28 TB/s
-//   backward  read x, dy; write dx (+ dw/db partials, ~9 MB)     805 MB -> 188 us
+//   backward  read x, dy; write dx (+ w, mean, rstd: 0.3 MB)    805 MB -> 188 us
+//             (+ the dw/db partials: 528 rows x 4096 x 2 floats, 17 MB written and read back)
 // Both are memory-bound by two orders of magnitude (~8 flops per element against 4-6 bytes):
 // read each byte once, write each byte once, keep enough loads in flight.
 //
+// How many loads in flight. To stream at ~4.3 TB/s with ~1-1.5 us of DRAM latency under load,
+// the chip needs ~5 MB of reads outstanding: ~40-64 KB per SM (132 SMs) at every moment. A row
+// of x is 8 KB, so that is 5-8 rows *being loaded* per SM at once, and a row that is being
+// reduced or stored is not loading. The first solution (512 threads per row, one 16-byte vector
+// each, 52 registers: 2 blocks per SM) had 2 rows per SM: 37% of copy as one block per row, 50.6%
+// persistent with the next row prefetched (H200, 2026-11-22). Hence below: fewer threads per row
+// and more rows per SM (a warp per row: ~20 rows per SM), and statistics that cost no division.
+// Instructions are not free either: the warp kernel's loop is ~1850 instructions per 4096-wide
+// bf16 row (SASS; ~14 per element: unpack, sums, normalize, pack), so 90% of copy (1.8 rows per
+// us per SM) takes ~3300 of the SM's ~7500 warp-instruction issue slots per us.
+//
 // Contents:
-//   Welford, welford_vec, welford_combine   the statistics: (count, mean, M2) and how two merge
-//   block_welford, block_sum2                reductions over the block (warp shuffles + shared)
-//   layernorm_fwd_kernel   one block per row (or, with kFwdPersistent, one wave of blocks
-//                          looping over rows with the next row prefetched); the row stays in
-//                          registers (16-byte loads); one Welford pass gives mean and variance,
-//                          a second pass over the registers writes y
-//   layernorm_bwd_kernel   persistent: ~SMs x 2 blocks, each looping over rows with the next row
-//                          prefetched; dw/db summed in fp32 registers, written once per block as
-//                          a row of partials; kDx / kDwDb compile out what autograd did not ask for
+//   constants              the variants results/experiments/07_first_kernel.py --sweep-constants
+//                          times (each with what it measured or why it is the default)
+//   Packed, ld, sto, fresh the row as loaded (32-bit words), 16-byte loads and stores, and the
+//                          trick that keeps it packed between passes (registers are the budget)
+//   row statistics         the default: two passes over the row in registers (the mean, then the
+//                          deviations from it), plain sums; Welford/Chan kept as kFwdWelford
+//   block_sum2, row_sum    reductions over a warp or a block (warp shuffles + shared memory)
+//   layernorm_fwd_kernel   a warp per row (kFwdWarpRows rows per block, no __syncthreads at all)
+//                          when the row fits a warp's registers, else a block per row; the row
+//                          stays in registers (16-byte loads); optionally persistent
+//   layernorm_bwd_kernel   persistent: ~SMs x kBwdBlocksPerSM blocks of ~128 threads, each looping
+//                          over rows with the next row prefetched; dw/db summed in fp32 in shared
+//                          memory (not registers: more blocks fit), written once per block as a
+//                          row of partials; kDx / kDwDb compile out what autograd did not ask for
 //   dwdb_reduce_kernel     [blocks, N] partials -> dw, db in a fixed order (the same bits every run)
 //   launchers              raw pointers + a stream: called by layernorm.cpp (which knows ATen)
 //
-// This file includes only CUDA headers and common.cuh: it compiles in seconds, so editing a
-// kernel does not recompile the ATen-heavy layernorm.cpp.
+// This file includes only CUDA headers and common.cuh: it compiles on its own (~20 s of one core
+// for its ~70 kernel instantiations), so editing a kernel does not recompile the ATen-heavy
+// layernorm.cpp.
 
 #include "common.cuh"
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace {
 
 using course::Acc;
 using course::Vec;
 
-constexpr int kMaxThreads = 512;   // per block
-// Row vectors (16 bytes each) a thread keeps in registers. 4096 bf16 = 512 vectors: one each
-// for 512 threads. The 06 rmsnorm forward measured 1 vector per thread fastest on an H200
-// (150 us vs 173 us with 2); layernorm's are to be measured by results/experiments/07_*.py.
-constexpr int kFwdVecsPerThread = 1;
-constexpr int kBwdVecsPerThread = 1;
-constexpr int kBwdBlocksPerSM = 2;  // persistent backward: blocks per SM (at most)
-// Forward grid: persistent (one wave of blocks looping over rows, the next row prefetched) or
-// one block per row. Measured at (32768, 4096) bf16 on an H200, 2026-11-22: persistent 248.5 us
-// (50.6% of copy, results/gpu-2026-11-22/first-kernels.txt), one block per row 341.6 us (37.0%,
-// results/gpu-2026-11-22/grade-03-05-07-08-09-10.txt). Both far below the 90% target: the
-// forward's statistics pass is what to look at next (see the README, Measured).
-constexpr bool kFwdPersistent = true;
+constexpr int kMaxThreads = 512;   // per block (block-per-row forward, backward)
+
+// ---- forward ---------------------------------------------------------------------------------
+// A warp per row: kFwdWarpRows rows (warps) per block, each lane keeping up to kFwdWarpVecs
+// 16-byte vectors of its row in registers: 32 lanes x 16 vectors x 8 bf16 = 4096, the graded
+// row. The row's sums are warp shuffles only (no shared memory, no barrier), and 20 warps fit an
+// SM (ptxas, CUDA 13.0, sm_90: 96 registers for the bf16 kernel; 5 blocks of 4 warps): 20 rows of
+// 8 KB in flight per SM, against 2 with the first solution's 512-thread block per row. Rows that
+// do not fit a warp (N > 4096 bf16, 2048 fp32) go to a block per row. 0: every row a block.
+constexpr int kFwdWarpRows = 4;
+constexpr int kFwdWarpVecs = 16;
+// Block per row: vectors a thread keeps in registers; threads = vectors / this (4096 bf16 = 512
+// vectors: 128 threads of 4 vectors, 4 warps per barrier instead of 16; 68 registers: 7 rows per
+// SM). The 06 rmsnorm forward measured 1 vector per thread fastest, but with a 512-thread block
+// at ~30 registers (4 blocks per SM); here 1 vector (512 threads) measured 37% of copy.
+constexpr int kFwdVecsPerThread = 4;
+// Persistent forward: one wave of blocks looping over rows, the next row prefetched (2x the x
+// registers: 168 for the bf16 warp kernel, 12 warps per SM). Measured 248.5 us vs 341.6 us one
+// block per row with the first solution's 512 threads x 1 vector (H200, 2026-11-22); a warp per
+// row holds ~20 rows per SM without it.
+constexpr bool kFwdPersistent = false;
+// Statistics: false = two passes over the registers with plain sums (the mean; then the sum of
+// (x - mean) and of (x - mean)^2: the first corrects the mean for its own rounding); true =
+// Welford per vector merged with Chan's formula (a division at every merge), as first solved.
+constexpr bool kFwdWelford = false;
+// __launch_bounds__ minimum blocks per SM of the warp-per-row kernel (0: no register cap; the
+// bf16 kernel takes 96 registers uncapped, and spills 160 bytes capped at 80 by 6 blocks).
+constexpr int kFwdWarpMinBlocks = 0;
+
+// ---- backward --------------------------------------------------------------------------------
+// Vectors per thread (128 threads per 4096-wide bf16 row), blocks per SM (at most; the number of
+// dw/db partial rows is SMs x this), and whether the next row's x, dy are prefetched. The bf16
+// kernel with dx and dw/db takes 128 registers (the __launch_bounds__ cap; capped at 96 it
+// spills): 4 blocks of 128 threads per SM, each with the next row (16 KB) loading: 64 KB per SM.
+constexpr int kBwdVecsPerThread = 4;
+constexpr int kBwdBlocksPerSM = 4;
+constexpr bool kBwdPrefetch = true;
+// w in registers, read once per block (true), or read per row from L1 (16 registers of data
+// fewer at 4 vectors per thread, though ptxas still uses all 128; the 8 KB of w stay in L1).
+constexpr bool kBwdCacheW = true;
+// dw/db sums of a block: true = in shared memory (2 N floats, 32 KB at N = 4096; falls back to
+// the partial rows in global memory when that does not fit), false = always in the block's
+// partial rows (read-modified-written through L1/L2 every row). Registers, as first solved, cost
+// 2 x 32 floats per thread at 4 vectors of 8: no room left for a second block.
+constexpr bool kBwdDwDbShared = true;
+
+// Cache hints on the row streams (x, dy read once; y, dx written once): ld.global.cs / st.global.cs
+// ("evict first"), so that they do not push w, b out of L1 and L2. Both kernels.
+constexpr bool kStreamHints = false;
 
 // 16-bit values to the math type and back. PyTorch builds extensions with
 // -D__CUDA_NO_HALF_CONVERSIONS__ and -D__CUDA_NO_BFLOAT16_CONVERSIONS__, so __half and
@@ -66,11 +122,153 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_math<__nv_bfloat16>(fl
   return __float2bfloat16_rn(v);
 }
 
+// VEC elements of T as loaded and kept in registers: 32-bit words (one 16-bit word for a single
+// 2-byte element). Not course::Vec<T, 8> of __nv_bfloat16: nvcc splits that struct into eight
+// 16-bit registers, and ptxas gives each a 32-bit register of its own — 2x the registers for the
+// row a thread keeps (ptxas: ~200 registers for the warp kernel below with Vec, 128 with this,
+// before kFull). get(p, j) converts element j to the math type (bf16: a shift or a mask).
+template <typename T, int VEC>
+struct Packed {
+  static constexpr int kBytes = int(sizeof(T)) * VEC;
+  using Word = std::conditional_t<kBytes % 4 == 0, uint32_t, uint16_t>;
+  static constexpr int kWords = kBytes / int(sizeof(Word));
+  alignas(kBytes) Word w[kWords];
+};
+
+template <typename T, int VEC>
+__device__ __forceinline__ typename Acc<T>::type get(const Packed<T, VEC>& p, int j) {
+  constexpr bool kWide = sizeof(typename Packed<T, VEC>::Word) == 4;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // bf16 is the top half of a float
+    if constexpr (kWide) return __uint_as_float(j % 2 ? p.w[j / 2] & 0xffff0000u : p.w[j / 2] << 16);
+    else return to_math(__ushort_as_bfloat16(p.w[0]));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    if constexpr (kWide)
+      return to_math(__ushort_as_half(uint16_t(j % 2 ? p.w[j / 2] >> 16 : p.w[j / 2] & 0xffffu)));
+    else return to_math(__ushort_as_half(p.w[0]));
+  } else if constexpr (std::is_same_v<T, float>) {
+    return to_math(__uint_as_float(p.w[j]));
+  } else {
+    static_assert(std::is_same_v<T, double>);
+    return to_math(__hiloint2double(int(p.w[2 * j + 1]), int(p.w[2 * j])));
+  }
+}
+
+// One Packed vector from memory / to memory, as one access (LDG.128 / STG.128 for 16 bytes).
+// Through uint4 explicitly: a Packed struct read through a reference, or copied, comes apart into
+// four 32-bit loads (nvcc does not merge them again).
+// kStream: the streaming cache hint (kStreamHints) on 16-byte accesses.
+template <bool kStream = false, typename T, int VEC>
+__device__ __forceinline__ Packed<T, VEC> ld(const Packed<T, VEC>* p) {
+  Packed<T, VEC> r;
+  if constexpr (sizeof(r) == 16) {
+    const uint4 u = kStream ? __ldcs(reinterpret_cast<const uint4*>(p))
+                            : *reinterpret_cast<const uint4*>(p);
+    r.w[0] = u.x, r.w[1] = u.y, r.w[2] = u.z, r.w[3] = u.w;
+  } else if constexpr (sizeof(r) == 8) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    r.w[0] = u.x, r.w[1] = u.y;
+  } else {
+    r.w[0] = p->w[0];
+  }
+  return r;
+}
+
+template <bool kStream = false, typename T, int VEC>
+__device__ __forceinline__ void sto(Packed<T, VEC>* p, const Packed<T, VEC>& v) {
+  if constexpr (sizeof(v) == 16 && kStream) __stcs(reinterpret_cast<uint4*>(p), make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]));
+  else if constexpr (sizeof(v) == 16) *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+  else if constexpr (sizeof(v) == 8) *reinterpret_cast<uint2*>(p) = make_uint2(v.w[0], v.w[1]);
+  else p->w[0] = v.w[0];
+}
+
+// VEC math values rounded to T, packed (bf16, fp16: two per word, one cvt for the pair)
+template <typename T, int VEC>
+__device__ __forceinline__ Packed<T, VEC> pack(const typename Acc<T>::type (&v)[VEC]) {
+  Packed<T, VEC> p;
+  if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>) {
+    if constexpr (VEC == 1) {
+      const T h = from_math<T>(v[0]);
+      std::memcpy(&p.w[0], &h, 2);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC / 2; ++k) {
+        if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+          const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+          std::memcpy(&p.w[k], &h, 4);
+        } else {
+          const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+          std::memcpy(&p.w[k], &h, 4);
+        }
+      }
+    }
+  } else if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) p.w[j] = __float_as_uint(v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      p.w[2 * j] = uint32_t(__double2loint(v[j]));
+      p.w[2 * j + 1] = uint32_t(__double2hiint(v[j]));
+    }
+  }
+  return p;
+}
+
+// A copy of p that the compiler cannot prove equal to p (an empty asm that "modifies" each
+// word). Each pass over the row converts the packed registers to floats again (a shift per
+// element); without this, nvcc keeps the floats of the first pass alive for the later ones
+// (ptxas: 255 registers instead of 96 for the bf16 warp kernel).
+template <typename T, int VEC>
+__device__ __forceinline__ Packed<T, VEC> fresh(Packed<T, VEC> p) {
+#pragma unroll
+  for (int i = 0; i < Packed<T, VEC>::kWords; ++i) {
+    if constexpr (sizeof(p.w[0]) == 4) asm volatile("" : "+r"(p.w[i]));
+    else asm volatile("" : "+h"(p.w[i]));
+  }
+  return p;
+}
+
 // ---------------------------------------------------------------------------------------------
-// Welford's statistics. A set of values is summarized by (n, mean, M2 = sum (v - mean)^2); two
-// summaries merge exactly (Chan et al.): the mean moves by delta * nb / n and M2 gains the
-// spread between the two means. No E[x^2] - E[x]^2: with mean 1e4 and variance 1, E[x^2] is
-// 1e8, whose float32 spacing is 8 — the variance would be lost in rounding (or come out < 0).
+// Sums in a tree: a[0] + a[1], a[2] + a[3], ... then pairs of those. Short dependency chains (the
+// adds of one level are independent) and short rounding chains. K is a compile-time constant:
+// everything unrolls and stays in registers.
+template <typename A, int K>
+__device__ __forceinline__ A tree_sum(A (&a)[K]) {
+#pragma unroll
+  for (int s = 1; s < K; s *= 2)
+#pragma unroll
+    for (int k = 0; k + s < K; k += 2 * s) a[k] += a[k + s];
+  return a[0];
+}
+
+template <typename A, typename T, int VEC>
+__device__ __forceinline__ A vec_sum(const Packed<T, VEC>& v) {
+  A a[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) a[j] = get(v, j);
+  return tree_sum(a);
+}
+
+// sum of (v - m) and of (v - m)^2 over one vector
+template <typename A, typename T, int VEC>
+__device__ __forceinline__ void vec_dev(const Packed<T, VEC>& v, A m, A& s1, A& s2) {
+  A a[VEC], b[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    a[j] = get(v, j) - m;
+    b[j] = a[j] * a[j];
+  }
+  s1 = tree_sum(a);
+  s2 = tree_sum(b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Welford's statistics (the kFwdWelford variant). A set of values is summarized by (n, mean,
+// M2 = sum (v - mean)^2); two summaries merge exactly (Chan et al.): the mean moves by
+// delta * nb / n and M2 gains the spread between the two means. No E[x^2] - E[x]^2: with mean
+// 1e4 and variance 1, E[x^2] is 1e8, whose float32 spacing is 8 — the variance would be lost in
+// rounding (or come out < 0). The default two-pass needs no counts and no division: see the
+// forward kernel.
 
 template <typename A>
 struct Welford {
@@ -89,15 +287,15 @@ __device__ __forceinline__ Welford<A> welford_combine(Welford<A> a, Welford<A> b
 // One loaded vector as a summary: its own mean, then M2 around it (two passes over registers).
 // VEC is a power of two, so a vector of equal values gives that value back exactly, and M2 = 0.
 template <typename A, typename T, int VEC>
-__device__ __forceinline__ Welford<A> welford_vec(const Vec<T, VEC>& v) {
+__device__ __forceinline__ Welford<A> welford_vec(const Packed<T, VEC>& v) {
   A s = 0;
 #pragma unroll
-  for (int j = 0; j < VEC; ++j) s += to_math(v.v[j]);
+  for (int j = 0; j < VEC; ++j) s += get(v, j);
   const A m = s / A(VEC);
   A m2 = 0;
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
-    const A d = to_math(v.v[j]) - m;
+    const A d = get(v, j) - m;
     m2 += d * d;
   }
   return {A(VEC), m, m2};
@@ -164,6 +362,25 @@ __device__ __forceinline__ void block_sum2(A& a, A& b, A (*shared)[33]) {
   b = shared[1][32];
 }
 
+// A sum over the threads of one row: its warp (kWarp: shuffles only, no barrier) or its block.
+// The shared buffers of the block versions keep their result in a slot of its own (32), so
+// consecutive calls, also of the two functions in turn, never race (see block_sum2).
+template <bool kWarp, typename A>
+__device__ __forceinline__ A row_sum(A v, A* shared) {
+  if constexpr (kWarp) return course::warp_sum(v);
+  else return course::block_sum(v, shared);
+}
+
+template <bool kWarp, typename A>
+__device__ __forceinline__ void row_sum2(A& a, A& b, A (*shared)[33]) {
+  if constexpr (kWarp) {
+    a = course::warp_sum(a);
+    b = course::warp_sum(b);
+  } else {
+    block_sum2(a, b, shared);
+  }
+}
+
 __device__ __forceinline__ float rsqrt_(float v) { return rsqrtf(v); }
 __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
 
@@ -176,119 +393,177 @@ __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, 
 __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 
 // ---------------------------------------------------------------------------------------------
-// Forward: one block per row (the loop below then runs once), or with kFwdPersistent a
-// persistent grid, as many blocks as fit on the GPU at once: block p takes rows p, p + P,
-// p + 2P, ... (P = gridDim.x); w and b are loaded once per block, and the next row's x is
-// loading while this row is reduced and written. A row is nvec = N / VEC
-// vectors; thread t owns vectors t, t + blockDim, ...; the first K of them stay in registers,
-// any further ones (rows longer than K * blockDim * VEC elements) are read again for the
-// second pass (from L2: the row was just read). x's rows are ldx elements apart (a view such as
-// x[:, :N] is read in place); y is dense.
+// Forward. kWarp: a warp per row, blockDim = (32, kFwdWarpRows), warp y of block p takes row
+// p * kFwdWarpRows + y; otherwise a block per row, blockDim = (threads, 1). With kFwdPersistent
+// the grid is one wave and each warp (block) steps over rows by the number of rows the grid
+// covers, prefetching the next row's x while it reduces and writes this one.
+//
+// A row is nvec = N / VEC vectors; thread t of the row's nt threads (lane, or thread of the
+// block) owns vectors t, t + nt, ...; the first K of them stay in registers, any further ones
+// (rows longer than K * nt * VEC elements) are read again in each pass (from L2: the row was just
+// read). x's rows are ldx elements apart (a view such as x[:, :N] is read in place); y is dense.
+//
+// The statistics, two passes over registers (the default): mean0 = sum(x) / N; then
+// s1 = sum(x - mean0), s2 = sum((x - mean0)^2) (one reduction of the pair);
+//   mean = mean0 + s1 / N        (s1 is what the rounding of mean0 left over: ~0)
+//   var  = (s2 - s1 * s1 / N) / N   = sum((x - mean)^2) / N exactly, in real numbers
+// No cancellation: the deviations are of the size of the spread, not of the mean (a row with
+// mean 1e4 and variance 1 sums numbers of size 1). A row of equal values c: every x - mean0 is
+// the same small d (exact: mean0 is within a few units of c), s1 = N d exactly, so mean = c and
+// var = 0 exactly, and y = b. Cost: two row sums (in a warp: 3 x 5 shuffles; in a block: two
+// pairs of barriers), no division; Welford's merge divides at every one of its 10 shuffle steps.
+//
+// w and b are read in pass 3, per row, from L1/L2 (16 KB, shared by every row on the SM): kept in
+// registers they would triple the registers a warp needs for its row.
 
-template <typename T, int VEC, int K>
-__global__ void __launch_bounds__(kMaxThreads)
+template <typename T, int VEC, int K, bool kWarp, bool kFull>
+__global__ void __launch_bounds__(kWarp ? 32 * (kFwdWarpRows > 0 ? kFwdWarpRows : 1) : kMaxThreads,
+                                  kWarp ? kFwdWarpMinBlocks : 0)
 layernorm_fwd_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__ w,
                      const T* __restrict__ b, T* __restrict__ y,
                      typename Acc<T>::type* __restrict__ mean_out,
                      typename Acc<T>::type* __restrict__ rstd_out, int64_t rows, int64_t N,
                      typename Acc<T>::type eps) {
   using A = typename Acc<T>::type;
-  using V = Vec<T, VEC>;
-  __shared__ Welford<A> shared[33];
+  using V = Packed<T, VEC>;  // a vector of the row, as loaded (16 bytes)
+  __shared__ A sh1[33];              // block per row only: pass 1's sum
+  __shared__ A sh2[2][33];           //                     pass 2's pair
+  __shared__ Welford<A> shared[33];  //                     kFwdWelford's summary
+  const int t = threadIdx.x, nt = kWarp ? 32 : blockDim.x;  // the row's threads (kWarp: lane, 32)
   const int64_t nvec = N / VEC;
-  const int64_t tail = threadIdx.x + int64_t(K) * blockDim.x;  // first vector not in registers
+  // first vector not in registers; a warp takes only rows that fit its registers
+  const int64_t tail = kWarp ? nvec : t + int64_t(K) * nt;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;  // blockDim.y = 1 unless kWarp
+  const int64_t step = int64_t(gridDim.x) * blockDim.y;
   const V* wv = reinterpret_cast<const V*>(w);
   const V* bv = reinterpret_cast<const V*>(b);
+  // The k-th register vector of this thread is vector t + k * nt of the row, if that is < nvec
+  // (always, with kFull: the launcher checked). Loads read at(k), clamped into the row,
+  // unconditionally; sums drop the vectors past the end and stores skip them. No branch around a
+  // load: the compiler issues all K loads back to back (a branch per vector serialized pass 3's
+  // loads of w and b: one round trip each). kFull drops the clamps, whose K 64-bit addresses cost
+  // 32 registers in the warp kernel (bf16: 96 registers with kFull, 128 without).
+  auto in_row = [&](int k) { return kFull || t + int64_t(k) * nt < nvec; };
+  auto at = [&](int k) {
+    const int64_t i = t + int64_t(k) * nt;
+    return kFull ? i : std::min<int64_t>(i, nvec - 1);
+  };
 
-  V wc[K], bc[K];  // the same for every row: read once per block
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-    if (i < nvec) {
-      wc[k] = wv[i];
-      bc[k] = bv[i];
-    }
-  }
   V xc[K];
   auto load = [&](int64_t r, V* xs) {  // 16 bytes per instruction
     const V* xr = reinterpret_cast<const V*>(x + r * ldx);  // int64: r * ldx passes 2^31
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-      if (i < nvec) xs[k] = xr[i];
-    }
+    for (int k = 0; k < K; ++k) xs[k] = ld<kStreamHints>(xr + at(k));
   };
-  if (blockIdx.x < rows) load(blockIdx.x, xc);
+  if (first < rows) load(first, xc);
 
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  // the loop's trip count is the same for every thread of a row (of the block, without kWarp):
+  // the barriers of the block reductions inside are reached by all
+  for (int64_t row = first; row < rows; row += step) {
     const V* xr = reinterpret_cast<const V*>(x + row * ldx);
     V* yr = reinterpret_cast<V*>(y + row * N);
-    V xn[K];  // the next row's loads go out now
-    if (row + gridDim.x < rows) load(row + gridDim.x, xn);
+    V xn[K];  // the next row's loads go out now (persistent only: 2x the registers)
+    if constexpr (kFwdPersistent)
+      if (row + step < rows) load(row + step, xn);
 
-    // pass 1: summarize the row: each vector, then the thread's vectors, then the block
-    Welford<A> st{0, 0, 0};
+    A mean, rstd;
+    if constexpr (kFwdWelford) {
+      // summarize the row: each vector, then the thread's vectors, then the row's threads
+      Welford<A> st{0, 0, 0};
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-      if (i < nvec) st = welford_combine(st, welford_vec<A>(xc[k]));
+      for (int k = 0; k < K; ++k)
+        if (in_row(k)) st = welford_combine(st, welford_vec<A>(xc[k]));
+      for (int64_t i = tail; i < nvec; i += nt) {
+        const V xv = ld(xr + i);
+        st = welford_combine(st, welford_vec<A>(xv));
+      }
+      if constexpr (kWarp) st = warp_welford(st);
+      else st = block_welford(st, shared);
+      mean = st.mean;
+      rstd = rsqrt_(st.m2 / static_cast<A>(N) + eps);  // biased variance: M2 / N
+    } else {
+      // pass 1: the mean. Each vector summed as a tree, the vectors one after the other (an
+      // array of K partial sums to add as a tree would hold K more registers)
+      A s0 = 0;
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (in_row(k)) s0 += vec_sum<A>(xc[k]);
+      for (int64_t i = tail; i < nvec; i += nt) {
+        const V xv = ld(xr + i);
+        s0 += vec_sum<A>(xv);
+      }
+      const A mean0 = row_sum<kWarp>(s0, sh1) / static_cast<A>(N);
+      // pass 2: the deviations from it, their sum and their sum of squares
+      A s1 = 0, s2 = 0;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        A a1, a2;
+        vec_dev(fresh(xc[k]), mean0, a1, a2);
+        if (in_row(k)) s1 += a1, s2 += a2;
+      }
+      for (int64_t i = tail; i < nvec; i += nt) {
+        const V xv = ld(xr + i);
+        A a1, a2;
+        vec_dev(xv, mean0, a1, a2);
+        s1 += a1;
+        s2 += a2;
+      }
+      row_sum2<kWarp>(s1, s2, sh2);
+      const A c = s1 / static_cast<A>(N);
+      mean = mean0 + c;
+      // biased variance; >= 0 in real numbers, clamped against a rounding below 0
+      rstd = rsqrt_(std::max((s2 - s1 * c) / static_cast<A>(N), A(0)) + eps);
     }
-    for (int64_t i = tail; i < nvec; i += blockDim.x)
-      st = welford_combine(st, welford_vec<A>(xr[i]));
-    st = block_welford(st, shared);
-    const A mean = st.mean;
-    const A rstd = rsqrt_(st.m2 / static_cast<A>(N) + eps);  // biased variance: M2 / N
-    if (threadIdx.x == 0) {
+    if (t == 0) {
       mean_out[row] = mean;
       rstd_out[row] = rstd;
     }
 
-    // pass 2: normalize, scale, shift; round once on the store
+    // pass 3: normalize, scale, shift; round once on the store
+    auto normalize = [&](const V& xv, const V& wk, const V& bk) {
+      A out[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) out[j] = (get(xv, j) - mean) * rstd * get(wk, j) + get(bk, j);
+      return pack<T>(out);
+    };
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-      if (i < nvec) {
-        V out;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j)
-          out.v[j] = from_math<T>((to_math(xc[k].v[j]) - mean) * rstd * to_math(wc[k].v[j]) +
-                                  to_math(bc[k].v[j]));
-        yr[i] = out;
-      }
+      const int64_t i = at(k);
+      const V yv = normalize(fresh(xc[k]), ld(wv + i), ld(bv + i));
+      if (in_row(k)) sto<kStreamHints>(yr + i, yv);
     }
-    for (int64_t i = tail; i < nvec; i += blockDim.x) {
-      const V xv = xr[i], wk = wv[i], bk = bv[i];
-      V out;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        out.v[j] = from_math<T>((to_math(xv.v[j]) - mean) * rstd * to_math(wk.v[j]) +
-                                to_math(bk.v[j]));
-      yr[i] = out;
+    for (int64_t i = tail; i < nvec; i += nt) {
+      sto<kStreamHints>(yr + i, normalize(ld(xr + i), ld(wv + i), ld(bv + i)));
     }
+    if constexpr (kFwdPersistent) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) xc[k] = xn[k];
+      for (int k = 0; k < K; ++k) xc[k] = xn[k];
+    } else if (row + step < rows) {  // a grid smaller than the rows (huge M): next row now
+      load(row + step, xc);
+    }
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Backward: a persistent grid. Block p takes rows p, p + P, p + 2P, ... (P = gridDim.x), and
-// while it reduces one row the next row's x and dy are already on their way (prefetched into
-// registers). dw and db of the columns a thread owns are summed over its block's rows in fp32
-// registers and written once, as row p of the [P, N] partials; dwdb_reduce_kernel adds the P
-// rows. Never atomics into dw: bf16 atomics round the running sum at every row, and float
-// atomics make the bits depend on timing.
+// while it reduces one row the next row's x, dy, mean and rstd are already on their way
+// (prefetched into registers, kBwdPrefetch). dw and db of the columns a thread owns are summed
+// over its block's rows in fp32 and written once, as row p of the [P, N] partials;
+// dwdb_reduce_kernel adds the P rows. Never atomics into dw: bf16 atomics round the running sum
+// at every row, and float atomics make the bits depend on timing.
+//
+// Where the sums live. In registers (as first solved: 512 threads x 1 vector) they cost 16
+// floats per thread; at 4 vectors per thread 64. The bf16 kernel then had 98 registers: one block
+// of 512 threads per SM, one row (16 KB of x and dy) prefetched: 132 x 16 KB at ~1 us of latency
+// is ~2 TB/s, about the 44% of copy measured (H200, 2026-11-22). In shared memory (2 N floats,
+// 32 KB at N = 4096; each thread reads and writes only its own columns, so no barrier and no
+// race) the registers hold only the rows: 4 blocks of 128 threads per SM (128 registers), each
+// with its next row (16 KB) in flight. A row too long for shared memory (N > ~28000 floats of
+// sums) sums in its partial row in global memory instead.
 //
 // kDx / kDwDb: which gradients autograd asked for (ctx.needs_input_grad). Without dx there is
 // no reduction over the row at all; without dw/db no partials.
-
-// Registers: ptxas (CUDA 13.0, sm_90) gives the bf16 kernel with dx and dw/db 98 registers, so
-// one block of 512 threads fits an SM, with one row of x and dy (16 KB) prefetched per SM; the
-// 44% of copy measured on an H200 (2026-11-22) is about what that keeps in flight (132 x 16 KB
-// at ~1 us of latency: ~2 TB/s). __launch_bounds__(kMaxThreads, 2) would fit two blocks, at
-// ~150 bytes of spills per thread; in 06 capping the backward's registers spilled and got
-// slower, so it is not done blind: results/experiments/07_first_kernel.py --sweep-constants
-// times it (bwd_launch_bounds_2).
-template <typename T, int VEC, int K, bool kDx, bool kDwDb>
+template <typename T, int VEC, int K, bool kDx, bool kDwDb, bool kFull, bool kSharedSums>
 __global__ void __launch_bounds__(kMaxThreads)
 layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t ldx,
                      const T* __restrict__ w, const typename Acc<T>::type* __restrict__ mean,
@@ -296,166 +571,185 @@ layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t 
                      typename Acc<T>::type* __restrict__ part_w,
                      typename Acc<T>::type* __restrict__ part_b, int64_t rows, int64_t N) {
   using A = typename Acc<T>::type;
-  using V = Vec<T, VEC>;
+  using V = Packed<T, VEC>;  // a vector of a row, as loaded (16 bytes)
+  using VA = Vec<A, VEC>;    // its dw or db sums
   __shared__ A shared[2][33];
+  extern __shared__ __align__(32) unsigned char sums_smem[];  // [2][N] A with kSharedSums
+  const int t = threadIdx.x, nt = blockDim.x;
   const int64_t nvec = N / VEC;
-  const int64_t tail = threadIdx.x + int64_t(K) * blockDim.x;  // first vector not in registers
+  const int64_t tail = t + int64_t(K) * nt;  // first vector not in registers
   const V* wv = reinterpret_cast<const V*>(w);
+  // as in the forward: register vector k is vector at(k) of the row, counted if in_row(k)
+  auto in_row = [&](int k) { return kFull || t + int64_t(k) * nt < nvec; };
+  auto at = [&](int k) {
+    const int64_t i = t + int64_t(k) * nt;
+    return kFull ? i : std::min<int64_t>(i, nvec - 1);
+  };
   // this block's rows of partials: each element is touched only by the thread that owns it
   A* pw = kDwDb ? part_w + int64_t(blockIdx.x) * N : nullptr;
   A* pb = kDwDb ? part_b + int64_t(blockIdx.x) * N : nullptr;
-
-  V wc[K];         // w is the same for every row: read once
-  A dwc[K][VEC];   // dw, db of the cached columns, summed over this block's rows
-  A dbc[K][VEC];
+  // dw, db of this thread's columns, summed over this block's rows (fp32): in shared memory
+  // (kSharedSums: LDS/STS, 32-bit addresses), or in the partial rows in global memory
+  VA* sw = nullptr;
+  VA* sb = nullptr;
+  if (kDwDb) {
+    if constexpr (kSharedSums) {
+      sw = reinterpret_cast<VA*>(sums_smem);
+      sb = sw + nvec;
+    } else {
+      sw = reinterpret_cast<VA*>(pw);
+      sb = reinterpret_cast<VA*>(pb);
+    }
+    VA zero;
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-    if (kDx && i < nvec) wc[k] = wv[i];
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) dwc[k][j] = dbc[k][j] = 0;
+    for (int j = 0; j < VEC; ++j) zero.v[j] = A(0);
+    for (int64_t i = t; i < nvec; i += nt) sw[i] = sb[i] = zero;
   }
-  if (kDwDb)  // the uncached columns (long rows only) accumulate in the partial rows themselves
-    for (int64_t i = tail; i < nvec; i += blockDim.x)
+
+  V wc[K] = {};  // w is the same for every row: read once (kBwdCacheW), or per row from L1
+  auto w_at = [&](int k) {
+    if constexpr (kBwdCacheW) return wc[k];
+    else return ld(wv + at(k));
+  };
+  if (kDx && kBwdCacheW) {
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) pw[i * VEC + j] = pb[i * VEC + j] = 0;
+    for (int k = 0; k < K; ++k) wc[k] = ld(wv + at(k));
+  }
 
   V xc[K], dyc[K];
-  auto load = [&](int64_t r, V* xs, V* dys) {
+  A mu = 0, rs = 0;
+  auto load = [&](int64_t r, V* xs, V* dys, A& m, A& s) {
     const V* xr = reinterpret_cast<const V*>(x + r * ldx);
     const V* dyr = reinterpret_cast<const V*>(dy + r * N);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-      if (i < nvec) {
-        xs[k] = xr[i];
-        dys[k] = dyr[i];
-      }
+      xs[k] = ld<kStreamHints>(xr + at(k));
+      dys[k] = ld<kStreamHints>(dyr + at(k));
     }
+    m = mean[r];
+    s = rstd[r];
   };
-  if (blockIdx.x < rows) load(blockIdx.x, xc, dyc);
+  if (blockIdx.x < rows) load(blockIdx.x, xc, dyc, mu, rs);
 
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const A mu = mean[row], rs = rstd[row];
     const V* xr = reinterpret_cast<const V*>(x + row * ldx);
     const V* dyr = reinterpret_cast<const V*>(dy + row * N);
     V* dxr = reinterpret_cast<V*>(dx + row * N);
 
     // the next row's loads go out now: they arrive while this row is reduced and written
     V xn[K], dyn[K];
-    if (row + gridDim.x < rows) load(row + gridDim.x, xn, dyn);
+    A mun = 0, rsn = 0;
+    if constexpr (kBwdPrefetch)
+      if (row + gridDim.x < rows) load(row + gridDim.x, xn, dyn, mun, rsn);
 
     // pass 1: s1 = sum(g), s2 = sum(g * x̂) over the row; dw, db += dy * x̂, dy
     A s1 = 0, s2 = 0;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-      if (i < nvec) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const A xh = (to_math(xc[k].v[j]) - mu) * rs, d = to_math(dyc[k].v[j]);
-          if (kDx) {
-            const A g = mul_rn(d, to_math(wc[k].v[j]));
-            s1 += g;
-            s2 += g * xh;
-          }
-          if (kDwDb) {
-            dwc[k][j] += d * xh;
-            dbc[k][j] += d;
-          }
-        }
+    auto pass1 = [&](int64_t i, bool in, const V& xv, const V& dyv, const V& wk) {
+      VA aw{}, ab{};
+      if (kDwDb && in) {  // (at a clamped index: another thread's sums; not even read)
+        aw = sw[i];
+        ab = sb[i];
       }
-    }
-    for (int64_t i = tail; i < nvec; i += blockDim.x) {
-      const V xv = xr[i], dyv = dyr[i];
-      V wk;
-      if (kDx) wk = wv[i];
+      A t1 = 0, t2 = 0;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const A xh = (to_math(xv.v[j]) - mu) * rs, d = to_math(dyv.v[j]);
+        const A xh = (get(xv, j) - mu) * rs, d = get(dyv, j);
         if (kDx) {
-          const A g = mul_rn(d, to_math(wk.v[j]));
-          s1 += g;
-          s2 += g * xh;
+          const A g = mul_rn(d, get(wk, j));
+          t1 += g;
+          t2 += g * xh;
         }
         if (kDwDb) {
-          pw[i * VEC + j] += d * xh;
-          pb[i * VEC + j] += d;
+          aw.v[j] += d * xh;
+          ab.v[j] += d;
         }
       }
+      if (in) {
+        s1 += t1;
+        s2 += t2;
+        if (kDwDb) {
+          sw[i] = aw;
+          sb[i] = ab;
+        }
+      }
+    };
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      V wk;
+      if (kDx) wk = w_at(k);
+      pass1(at(k), in_row(k), xc[k], dyc[k], wk);
+    }
+    for (int64_t i = tail; i < nvec; i += nt) {
+      V wk;
+      if (kDx) wk = ld(wv + i);
+      pass1(i, true, ld(xr + i), ld(dyr + i), wk);
     }
 
     if (kDx) {
       // pass 2: dx = rstd * (g - (s1 + x̂ * s2) / N)
       block_sum2(s1, s2, shared);
       const A c1 = s1 / static_cast<A>(N), c2 = s2 / static_cast<A>(N);
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-        if (i < nvec) {
-          V out;
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            const A xh = (to_math(xc[k].v[j]) - mu) * rs;
-            const A g = mul_rn(to_math(dyc[k].v[j]), to_math(wc[k].v[j]));
-            out.v[j] = from_math<T>(rs * (g - c1 - xh * c2));
-          }
-          dxr[i] = out;
-        }
-      }
-      for (int64_t i = tail; i < nvec; i += blockDim.x) {
-        const V xv = xr[i], dyv = dyr[i], wk = wv[i];
-        V out;
+      auto pass2 = [&](const V& xv, const V& dyv, const V& wk) {
+        A out[VEC];
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-          const A xh = (to_math(xv.v[j]) - mu) * rs;
-          const A g = mul_rn(to_math(dyv.v[j]), to_math(wk.v[j]));
-          out.v[j] = from_math<T>(rs * (g - c1 - xh * c2));
+          const A xh = (get(xv, j) - mu) * rs;
+          const A g = mul_rn(get(dyv, j), get(wk, j));
+          out[j] = rs * (g - c1 - xh * c2);
         }
-        dxr[i] = out;
-      }
-    }
+        return pack<T>(out);
+      };
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      xc[k] = xn[k];
-      dyc[k] = dyn[k];
+      for (int k = 0; k < K; ++k) {
+        const V dxv = pass2(fresh(xc[k]), fresh(dyc[k]), fresh(w_at(k)));
+        if (in_row(k)) sto<kStreamHints>(dxr + at(k), dxv);
+      }
+      for (int64_t i = tail; i < nvec; i += nt)
+        sto<kStreamHints>(dxr + i, pass2(ld(xr + i), ld(dyr + i), ld(wv + i)));
+    }
+    if constexpr (kBwdPrefetch) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        xc[k] = xn[k];
+        dyc[k] = dyn[k];
+      }
+      mu = mun;
+      rs = rsn;
+    } else if (row + gridDim.x < rows) {
+      load(row + gridDim.x, xc, dyc, mu, rs);
     }
   }
 
-  if (kDwDb) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-      if (i < nvec) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          pw[i * VEC + j] = dwc[k][j];
-          pb[i * VEC + j] = dbc[k][j];
-        }
-      }
+  if (kDwDb && kSharedSums)  // the block's sums, once, to its partial rows
+    for (int64_t i = t; i < nvec; i += nt) {
+      reinterpret_cast<VA*>(pw)[i] = sw[i];
+      reinterpret_cast<VA*>(pb)[i] = sb[i];
     }
-  }
 }
 
 // dw[n], db[n] = sums over the `parts` partial rows, 32 columns per block: threadIdx.x picks the
 // column (a warp reads 128 contiguous bytes of a partial row), threadIdx.y strides over the
-// partial rows, and the 16 sums of a column are added in a fixed order: same bits every run.
-constexpr int kReduceRows = 16;
+// partial rows, and the 32 sums of a column are added in a fixed order: same bits every run.
+// With ~500 partial rows (132 SMs x 4 blocks) and N = 4096 that is 17 MB to read with only
+// N / 32 = 128 blocks: 1024 threads each, loads unrolled, to keep ~32 KB in flight per SM.
+constexpr int kReduceRows = 32;
 
 template <typename T>
-__global__ void dwdb_reduce_kernel(const typename Acc<T>::type* __restrict__ part_w,
-                                   const typename Acc<T>::type* __restrict__ part_b,
-                                   T* __restrict__ dw, T* __restrict__ db, int64_t parts,
-                                   int64_t N) {
+__global__ void __launch_bounds__(32 * kReduceRows)
+dwdb_reduce_kernel(const typename Acc<T>::type* __restrict__ part_w,
+                   const typename Acc<T>::type* __restrict__ part_b, T* __restrict__ dw,
+                   T* __restrict__ db, int64_t parts, int64_t N) {
   using A = typename Acc<T>::type;
   __shared__ A sums[2][kReduceRows][32];
   const int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
   A sw = 0, sb = 0;
-  if (col < N)
+  if (col < N) {
+#pragma unroll 4
     for (int64_t p = threadIdx.y; p < parts; p += kReduceRows) {
       sw += part_w[p * N + col];
       sb += part_b[p * N + col];
     }
+  }
   sums[0][threadIdx.y][threadIdx.x] = sw;
   sums[1][threadIdx.y][threadIdx.x] = sb;
   __syncthreads();
@@ -475,10 +769,22 @@ __global__ void dwdb_reduce_kernel(const typename Acc<T>::type* __restrict__ par
 // launch configuration
 
 // Threads per block: enough that each thread keeps at most `per_thread` vectors of the row
-// (4096 bf16 = 512 vectors: 512 threads), a multiple of 32, at most kMaxThreads.
+// (4096 bf16 = 512 vectors: 128 threads of 4), a multiple of 32, at most kMaxThreads.
 inline int threads_for(int64_t nvec, int per_thread) {
   const int64_t t = (nvec + per_thread - 1) / per_thread;
   return static_cast<int>(std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, (t + 31) / 32 * 32)));
+}
+
+// Shared memory one block may have (opt-in, 227 KB on Hopper), asked once per device.
+inline int64_t max_smem_per_block() {
+  static int cached[64] = {0};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 64 && cached[dev]) return cached[dev];
+  int v = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (dev < 64) cached[dev] = v;
+  return v;
 }
 
 // 16-byte loads need every row to start 16-byte aligned: N and ldx multiples of VEC, and aligned
@@ -492,21 +798,52 @@ bool vector_ok(int64_t N, int64_t ldx, std::initializer_list<const void*> ptrs) 
   return true;
 }
 
+// one launch of the forward kernel: `rows_per_block` rows per block, blockDim (tx, ty)
+template <typename T, typename Kernel>
+void fwd_launch(Kernel kernel, dim3 block, const T* x, int64_t ldx, const T* w, const T* b, T* y,
+                typename Acc<T>::type* mean, typename Acc<T>::type* rstd, int64_t rows, int64_t N,
+                double eps, cudaStream_t stream) {
+  using A = typename Acc<T>::type;
+  int64_t blocks = course::ceil_div(rows, block.y);
+  if (kFwdPersistent) {  // one full wave: every SM holds as many blocks as fit on it
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block.x * block.y, 0));
+    blocks = std::min<int64_t>(blocks, int64_t(course::num_sms()) * std::max(per_sm, 1));
+  }
+  blocks = std::min<int64_t>(blocks, 0x7fffffff);  // grid.x limit; the kernel loops past it
+  kernel<<<static_cast<unsigned>(blocks), block, 0, stream>>>(x, ldx, w, b, y, mean, rstd, rows,
+                                                              N, static_cast<A>(eps));
+  CUDA_LAUNCH_CHECK();
+}
+
+// kFull (every thread's K register vectors lie in the row: no clamps, no predicates) is
+// compiled for the 16-byte path of the 16-bit types only (the graded case), to keep the build
+// short; the other cases clamp.
+template <typename T, int VEC, int K, bool kWarp>
+void fwd_mode(dim3 block, const T* x, int64_t ldx, const T* w, const T* b, T* y,
+              typename Acc<T>::type* mean, typename Acc<T>::type* rstd, int64_t rows, int64_t N,
+              double eps, cudaStream_t stream) {
+  constexpr bool kFullOk = VEC > 1 && sizeof(T) == 2;
+  if (kFullOk && N / VEC >= int64_t(K) * block.x)
+    fwd_launch(layernorm_fwd_kernel<T, VEC, K, kWarp, kFullOk>, block, x, ldx, w, b, y, mean,
+               rstd, rows, N, eps, stream);
+  else
+    fwd_launch(layernorm_fwd_kernel<T, VEC, K, kWarp, false>, block, x, ldx, w, b, y, mean, rstd,
+               rows, N, eps, stream);
+}
+
 template <typename T, int VEC>
 void fwd(const T* x, int64_t ldx, const T* w, const T* b, T* y, typename Acc<T>::type* mean,
          typename Acc<T>::type* rstd, int64_t rows, int64_t N, double eps, cudaStream_t stream) {
-  using A = typename Acc<T>::type;
-  auto kernel = layernorm_fwd_kernel<T, VEC, kFwdVecsPerThread>;
-  const int threads = threads_for(N / VEC, kFwdVecsPerThread);
-  int64_t blocks = rows;
-  if (kFwdPersistent) {  // one full wave: every SM holds as many blocks as fit on it
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-    blocks = std::min<int64_t>(rows, int64_t(course::num_sms()) * std::max(per_sm, 1));
+  if constexpr (kFwdWarpRows > 0) {
+    if (N / VEC <= 32 * kFwdWarpVecs) {  // the row fits a warp's registers: a warp per row
+      fwd_mode<T, VEC, kFwdWarpVecs, true>(dim3(32, kFwdWarpRows), x, ldx, w, b, y, mean, rstd,
+                                           rows, N, eps, stream);
+      return;
+    }
   }
-  kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, ldx, w, b, y, mean, rstd, rows,
-                                                                N, static_cast<A>(eps));
-  CUDA_LAUNCH_CHECK();
+  fwd_mode<T, VEC, kFwdVecsPerThread, false>(dim3(threads_for(N / VEC, kFwdVecsPerThread), 1), x,
+                                             ldx, w, b, y, mean, rstd, rows, N, eps, stream);
 }
 
 template <typename T, int VEC, bool kDx, bool kDwDb>
@@ -514,11 +851,28 @@ int64_t bwd(const T* dy, const T* x, int64_t ldx, const T* w, const typename Acc
             const typename Acc<T>::type* rstd, T* dx, typename Acc<T>::type* part_w,
             typename Acc<T>::type* part_b, int64_t max_blocks, int64_t rows, int64_t N,
             cudaStream_t stream) {
-  auto kernel = layernorm_bwd_kernel<T, VEC, kBwdVecsPerThread, kDx, kDwDb>;
-  const int threads = threads_for(N / VEC, kBwdVecsPerThread);
+  using A = typename Acc<T>::type;
+  constexpr int K = kBwdVecsPerThread;
+  const int threads = threads_for(N / VEC, K);
+  // dw/db sums in shared memory when they fit (next to the kernel's 2 x 33 static values)
+  const int64_t sums_bytes = 2 * N * int64_t(sizeof(A));
+  const bool sums_shared = kDwDb && kBwdDwDbShared &&
+                           sums_bytes + 2 * 33 * int64_t(sizeof(A)) <= max_smem_per_block();
+  const int smem = sums_shared ? static_cast<int>(sums_bytes) : 0;
+  // kFull: every thread's register vectors lie in the row (no clamps), compiled for the 16-byte
+  // path of the 16-bit types only (the graded case), with the sums where kBwdDwDbShared puts them
+  // (a row too long for shared memory takes the general kernel)
+  constexpr bool kFullOk = VEC > 1 && sizeof(T) == 2;
+  constexpr bool kShared = kDwDb && kBwdDwDbShared;
+  const bool full = kFullOk && N / VEC >= int64_t(K) * threads && sums_shared == kShared;
+  auto kernel = full          ? layernorm_bwd_kernel<T, VEC, K, kDx, kDwDb, kFullOk, kShared>
+                : sums_shared ? layernorm_bwd_kernel<T, VEC, K, kDx, kDwDb, false, kShared>
+                              : layernorm_bwd_kernel<T, VEC, K, kDx, kDwDb, false, false>;
+  if (smem > 48 * 1024)  // above 48 KB a kernel must opt in
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int per_sm = 0;
   // as many blocks as fit on the GPU at once (a persistent grid must not run in waves)
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   // max_blocks is the number of partial rows allocated: it caps the grid only when the kernel
   // writes partials (kDwDb). A dx-only backward has no partials (max_blocks = 0): capping it
   // there would launch nothing and hand back dx uninitialized.
@@ -526,8 +880,8 @@ int64_t bwd(const T* dy, const T* x, int64_t ldx, const T* w, const typename Acc
   const int64_t blocks = std::min<int64_t>(
       cap, int64_t(course::num_sms()) * std::clamp(per_sm, 1, kBwdBlocksPerSM));
   if (blocks > 0) {
-    kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(dy, x, ldx, w, mean, rstd, dx,
-                                                                  part_w, part_b, rows, N);
+    kernel<<<static_cast<unsigned>(blocks), threads, smem, stream>>>(dy, x, ldx, w, mean, rstd, dx,
+                                                                     part_w, part_b, rows, N);
     CUDA_LAUNCH_CHECK();
   }
   return blocks;

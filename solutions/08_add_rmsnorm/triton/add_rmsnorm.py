@@ -24,7 +24,14 @@ Three ops, all `triton_op`s (Inductor sees their kernels; the fakes come free):
   add_rmsnorm_bwd(dy, dh, h, w, rstd) -> (dx, dw)
 The in-place op declares mutates_args=("residual",): the dispatcher, functionalization (what
 torch.compile does to mutations) and opcheck all rely on that declaration being true.
+
+Two doors to the same kernels (as in 06): under torch.compile `add_rmsnorm` calls the registered
+op; in eager mode a plain torch.autograd.Function runs the same bodies, because a custom op's
+eager call with autograd costs ~240 us of CPU in PyTorch's Python wrappers per op call
+(torch/_library/custom_ops.py backend_impl; results/experiments/host_overhead.py, H200 machine,
+2026-11-22): more host time than the GPU needs for the whole step.
 """
+import functools
 from typing import Optional
 
 import torch
@@ -200,7 +207,14 @@ def _check(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor) -> None:
         raise ValueError(f"w must be on x's device {x.device}, got {w.device}")
 
 
-def _launch_fwd(x, residual, w, y, h, rstd, eps):
+def _direct(kernel):
+    return kernel  # eager door: launch the JIT function itself
+
+
+def _launch_fwd(x, residual, w, y, h, rstd, eps, launch=wrap_triton):
+    # launch: wrap_triton inside a registered op (Inductor traces the launch), _direct in the
+    # eager door (outside a triton_op, wrap_triton goes through PyTorch's tracing machinery on
+    # every call: ~200 us of CPU)
     N = x.shape[-1]
     M = x.numel() // N
     if M == 0:
@@ -208,21 +222,19 @@ def _launch_fwd(x, residual, w, y, h, rstd, eps):
     one_block = N <= MAX_FWD_BLOCK
     block = triton.next_power_of_2(N) if one_block else LOOP_BLOCK
     # one program per row: 32768 programs of 8 warps for the headline case
-    wrap_triton(_add_rmsnorm_fwd_kernel)[(M,)](
+    launch(_add_rmsnorm_fwd_kernel)[(M,)](
         x, residual, w, y, h, rstd, N, eps, BLOCK_N=block, ONE_BLOCK=one_block,
         F64=x.dtype == torch.float64, num_warps=_num_warps(block))
 
 
-@triton_op("ex08_triton::add_rmsnorm_fwd", mutates_args=())
-def add_rmsnorm_fwd(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
-                    eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _fwd_impl(x, residual, w, eps, launch):
     _check(x, residual, w)
     # the kernel walks rows with stride N: a no-op for contiguous inputs, a copy otherwise
     x, residual, w = x.contiguous(), residual.contiguous(), w.contiguous()
     y = torch.empty_like(x)
     h = torch.empty_like(x)
     rstd = torch.empty(x.shape[:-1], dtype=_math_dtype(x), device=x.device)
-    _launch_fwd(x, residual, w, y, h, rstd, eps)
+    _launch_fwd(x, residual, w, y, h, rstd, eps, launch)
     return y, h, rstd
 
 
@@ -241,9 +253,13 @@ def add_rmsnorm_inplace(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor
     return y
 
 
-@triton_op("ex08_triton::add_rmsnorm_bwd", mutates_args=())
-def add_rmsnorm_bwd(dy: torch.Tensor, dh: Optional[torch.Tensor], h: torch.Tensor,
-                    w: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+@functools.lru_cache(maxsize=None)
+def _sms(device_index: int) -> int:
+    # asked once per device: get_device_properties builds a Python object on every call
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _bwd_impl(dy, dh, h, w, rstd, launch):
     if dy.shape != h.shape:
         raise ValueError(f"dy must have h's shape {tuple(h.shape)}, got {tuple(dy.shape)}")
     if dh is not None and dh.shape != h.shape:
@@ -258,20 +274,33 @@ def add_rmsnorm_bwd(dy: torch.Tensor, dh: Optional[torch.Tensor], h: torch.Tenso
         return dx, torch.zeros_like(w)
     dw = torch.empty_like(w)
     if h.is_cuda:
-        sms = torch.cuda.get_device_properties(h.device).multi_processor_count
-        programs = min(M, sms * PROGRAMS_PER_SM)
+        programs = min(M, _sms(h.device.index if h.device.index is not None
+                               else torch.cuda.current_device()) * PROGRAMS_PER_SM)
     else:
         programs = min(M, CPU_PROGRAMS)
     partials = torch.empty((programs, N), dtype=_math_dtype(h), device=h.device)
     one_block = N <= MAX_BWD_BLOCK
     block = triton.next_power_of_2(N) if one_block else LOOP_BLOCK
-    wrap_triton(_add_rmsnorm_bwd_kernel)[(programs,)](
+    launch(_add_rmsnorm_bwd_kernel)[(programs,)](
         dy, dh if dh is not None else dy, h, w, rstd, dx, partials, M, N,
         HAS_DH=dh is not None, BLOCK_N=block, ONE_BLOCK=one_block,
         F64=h.dtype == torch.float64, num_warps=_num_warps(block))
-    wrap_triton(_dw_reduce_kernel)[(triton.cdiv(N, REDUCE_BLOCK),)](
+    launch(_dw_reduce_kernel)[(triton.cdiv(N, REDUCE_BLOCK),)](
         partials, dw, programs, N, BLOCK_P=REDUCE_ROWS, BLOCK_N=REDUCE_BLOCK, num_warps=4)
     return dx, dw
+
+
+# the registered functional ops (torch.compile's door; opcheck tests them): the same bodies
+@triton_op("ex08_triton::add_rmsnorm_fwd", mutates_args=())
+def add_rmsnorm_fwd(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
+                    eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _fwd_impl(x, residual, w, eps, wrap_triton)
+
+
+@triton_op("ex08_triton::add_rmsnorm_bwd", mutates_args=())
+def add_rmsnorm_bwd(dy: torch.Tensor, dh: Optional[torch.Tensor], h: torch.Tensor,
+                    w: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _bwd_impl(dy, dh, h, w, rstd, wrap_triton)
 
 
 def _setup_context(ctx, inputs, output):
@@ -283,23 +312,44 @@ def _setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
-def _backward(ctx, dy, dh, _drstd):
-    h, w, rstd = ctx.saved_tensors
+def _grads(h, w, rstd, dy, dh, bwd):
     if dy is None:              # only h was used: y's branch adds nothing
         return dh, dh, None, None
-    dx, dw = add_rmsnorm_bwd(dy, dh, h, w, rstd)
+    dx, dw = bwd(dy, dh, h, w, rstd)
     # h = x + residual: both get the same gradient, one tensor written once
     return dx, dx, dw, None
+
+
+def _backward(ctx, dy, dh, _drstd):
+    return _grads(*ctx.saved_tensors, dy, dh, add_rmsnorm_bwd)
 
 
 add_rmsnorm_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _AddRMSNormEager(torch.autograd.Function):
+    """Eager mode's door: the same kernels without the custom-op dispatch (see the top)."""
+
+    @staticmethod
+    def forward(ctx, x, residual, w, eps):
+        y, h, rstd = _fwd_impl(x, residual, w, eps, _direct)
+        ctx.save_for_backward(h, w, rstd)
+        ctx.set_materialize_grads(False)
+        return y, h
+
+    @staticmethod
+    def backward(ctx, dy, dh):
+        return _grads(*ctx.saved_tensors, dy, dh,
+                      lambda *a: _bwd_impl(*a, launch=_direct))
+
+
 def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
                 eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, h): h = x + residual, y = rmsnorm(h, w). Differentiable through both outputs."""
-    y, h, _rstd = add_rmsnorm_fwd(x, residual, w, float(eps))
-    return y, h
+    if torch.compiler.is_compiling():
+        y, h, _rstd = add_rmsnorm_fwd(x, residual, w, float(eps))  # the registered op
+        return y, h
+    return _AddRMSNormEager.apply(x, residual, w, float(eps))
 
 
 def add_rmsnorm_(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,

@@ -24,9 +24,10 @@ instructions/s an H200 issues. So we take all four (tl.rand4x) and spread them o
 neighbouring columns: one call per 4 elements, ~20 instructions per element.
 Measured on an H200, 2026-11-22 (results/gpu-2026-11-22/first-kernels.txt), forward of
 (32768, 4096) bf16, copy 4266 GB/s: tl.rand per element 508.3 us (24.8% of copy), tl.rand4x
-251.3 us (50.1%), tl.rand4x with 7 rounds 223.5 us (56.3%; the default here, N_ROUNDS). Still
-compute-bound: the next step is fewer Philox calls per element (HALF_WORDS: 16-bit uniforms,
-one call per 8 elements; not yet measured).
+251.3 us (50.1%), tl.rand4x with 7 rounds 223.5 us (56.3%, N_ROUNDS), and 16-bit uniforms,
+one Philox call per 8 elements (HALF_WORDS, the default), 176.4 us (71.8%; forward+backward
+496.9 us; results/experiments/10_first_kernel.py, 2026-11-22). Still compute-bound: ~10 integer
+instructions per element for the numbers alone, on top of the LayerNorm.
 
 Which element gets which number (any rule works as long as it depends on (seed, row, column)
 only, never on the launch): row r has Q = ceil(N / 4) counters r*Q .. r*Q + Q-1; counter
@@ -53,9 +54,10 @@ N_ROUNDS = 7            # Philox4x32-7 passes BigCrush (Salmon et al. 2011, who 
                         # as a safety margin: Triton's default 10). Measured on an H200,
                         # 2026-11-22: forward 251.3 us with 10 rounds, 223.5 us with 7
 FOUR_PER_CALL = True    # one Philox call per 4 elements (tl.rand4x); False: tl.rand per element
-HALF_WORDS = False      # True: 16-bit uniforms, two per 32-bit word, one Philox call per 8
+HALF_WORDS = True       # 16-bit uniforms, two per 32-bit word, one Philox call per 8
                         # elements; p then counts in steps of 2^-16 (the drop probability is
-                        # round(p * 65536) / 65536, within 7.6e-6 of p). Not yet measured on a GPU
+                        # round(p * 65536) / 65536, within 7.6e-6 of p). H200, 2026-11-22:
+                        # forward 176.4 us (71.8% of copy) vs 224.0 us with 32-bit uniforms
 PROGRAMS_PER_SM = 4     # backward programs per SM (persistent: each loops over several rows)
 CPU_PROGRAMS = 4        # on the interpreter: a few programs, so the row loop is exercised
 
@@ -75,16 +77,18 @@ def _keep(seed, row, start, N, p, BLOCK: tl.constexpr, FOUR: tl.constexpr,
         u16 = tl.reshape(tl.join(words & 0xFFFF, (words >> 16) & 0xFFFF), [BLOCK])
         # drop when u16 + 1/2 < 65536 p (exact in float32): round(65536 p) of the 65536 values,
         # probability within 2^-17 of p; p = 0 drops none, p = 1 all
-        return u16.to(tl.float32) + 0.5 >= p * 65536.0
+        keep = u16.to(tl.float32) + 0.5 >= p * 65536.0
     elif FOUR:
         q = (N + 3) // 4                                  # counters per row
         j = row * q + start // 4 + tl.arange(0, BLOCK // 4)
         u0, u1, u2, u3 = tl.rand4x(seed, j, N_ROUNDS)     # columns 4j, 4j+1, 4j+2, 4j+3
         # interleave: [BLOCK/4, 2, 2] with [j, a, b] = u_(2a+b), flattened -> column 4j + 2a + b
         u = tl.reshape(tl.join(tl.join(u0, u2), tl.join(u1, u3)), [BLOCK])
+        keep = u >= p
     else:
         u = tl.rand(seed, row * N + start + tl.arange(0, BLOCK), N_ROUNDS)
-    return u >= p
+        keep = u >= p
+    return keep  # one return: Triton compiles every branch of a constexpr if into one body
 
 
 @triton.jit

@@ -1,7 +1,7 @@
 """Exercise 06 — rmsnorm, CUDA C++ track: the Python half of the op.
 
-rmsnorm.cu defines the schema (TORCH_LIBRARY) and the CPU and CUDA kernels. What the
-dispatcher still needs comes from here:
+rmsnorm.cpp defines the schema (TORCH_LIBRARY) and the CPU and CUDA implementations (the CUDA
+kernels are in rmsnorm_kernels.cu). What the dispatcher still needs comes from here:
 
 - a fake ("meta") implementation for each op: torch.compile, opcheck and torch.export run ops
   on FakeTensors (shapes, dtypes and devices, no data) to learn what they return without
@@ -16,7 +16,7 @@ own, build it with torch.utils.cpp_extension.load(..., is_python_module=False) f
 import torch
 
 if not hasattr(torch.ops.ex06_cuda, "rmsnorm_fwd"):
-    raise ImportError("the ex06_cuda ops are not registered: load the built rmsnorm.cu library "
+    raise ImportError("the ex06_cuda ops are not registered: load the built rmsnorm_ext library "
                       "(torch.ops.load_library) before importing rmsnorm.py")
 
 
@@ -56,5 +56,5 @@ def _math_dtype(x: torch.Tensor) -> torch.dtype:
 
 def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     # TODO: y, _rstd = torch.ops.ex06_cuda.rmsnorm_fwd(x, w, float(eps)); return y
-    raise NotImplementedError("rmsnorm: not implemented yet (see cuda/rmsnorm.cu and "
-                              "cuda/rmsnorm.py)")
+    raise NotImplementedError("rmsnorm: not implemented yet (see cuda/rmsnorm.py, and "
+                              "cuda/rmsnorm.cpp and cuda/rmsnorm_kernels.cu)")
