@@ -26,7 +26,7 @@ from pathlib import Path
 from grader.discover import ROOT, Exercise, Track
 
 CACHE = Path(os.environ.get("GRADER_CACHE", ROOT / ".cache"))
-INCLUDE = ROOT / "include"  # common.cuh: the CUDA helpers every track may include
+INCLUDE = ROOT / "include"  # common.cuh (kernel side) and aten_cuda.h (binding side): shared helpers
 
 
 class BuildError(RuntimeError):

@@ -7,6 +7,7 @@ a plain line when a track moves to its next stage, never a stream of counters.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -51,14 +52,17 @@ class _Track:
         clock = "" if plain else f" {time.monotonic() - self.start:.0f} s"
         if self.phase != "checks":
             return "timing", f"{self.label} timing{clock}"
+        aot = self.sources and os.environ.get("GRADER_BUILD", "").strip().lower() == "aot"
         if self.built is None:
-            what = (f"building {', '.join(self.sources)}" if self.sources
+            what = ("loading the library built ahead of time" if aot
+                    else f"building {', '.join(self.sources)}" if self.sources
                     else "starting the submission's process")
             return "building", f"{self.label} {what}{clock}"
         if self.total is None:
             return "collecting", f"{self.label} collecting checks"
         if plain:
-            done = f"built ({self.built:.0f} s)" if self.sources else "imported"
+            done = ("loaded (built ahead of time)" if aot else f"built ({self.built:.0f} s)"
+                    if self.sources else "imported")
             return "checking", f"{self.label} {done}; {self.total} checks"
         return "checking", f"{self.label} check {min(self.done + 1, self.total)}/{self.total}{clock}"
 

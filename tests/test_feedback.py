@@ -70,3 +70,20 @@ def test_hypothesis_report_keeps_the_drawn_values_only():
     example, blob, rest = _hypothesis([note, "another note"], item)
     assert example == "dtype=torch.bfloat16, seed=19523, (rows, N)=(7, 3), layout='MN'"
     assert blob == "AEECQkxD" and rest == ["another note"]
+
+
+def test_an_ahead_of_time_build_is_not_called_building(tmp_path, monkeypatch):
+    """With --build aot the library exists before the checks: the line says it is loaded, not
+    built (seen on the H200: "building reduce_sum_kernels.cu ... built (0 s)")."""
+    monkeypatch.setenv("GRADER_BUILD", "aot")
+    events, out = tmp_path / "events.jsonl", io.StringIO()
+    p = Progress(out)
+    p.begin("04_reduce_sum [cuda]", events, "checks", ("reduce_sum_kernels.cu",))
+    p.tick("04_reduce_sum [cuda]")
+    _append(events, event="build", ok=True, seconds=0.0)
+    _append(events, event="collected", tests=[{"id": 0}])
+    p.tick("04_reduce_sum [cuda]")
+    p.end("04_reduce_sum [cuda]")
+    assert out.getvalue().splitlines() == [
+        "04_reduce_sum [cuda] loading the library built ahead of time",
+        "04_reduce_sum [cuda] loaded (built ahead of time); 1 checks"]

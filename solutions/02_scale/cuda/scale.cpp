@@ -15,6 +15,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include "aten_cuda.h"
+
 #include <cuda_bf16.h>  // the CUDA spellings of bfloat16 and half, for the launcher's types
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -29,21 +31,12 @@ void scale_launch(const T* x, T* out, A a, int64_t n, cudaStream_t stream);
 
 namespace {
 
-// at::BFloat16 and __nv_bfloat16 (at::Half and __half) are the same 16 bits: the pointers are
-// reinterpret_cast from one to the other.
-template <typename T> struct Cuda { using type = T; };
-template <> struct Cuda<at::BFloat16> { using type = __nv_bfloat16; };
-template <> struct Cuda<at::Half> { using type = __half; };
-
-template <typename T>
-auto cuda_ptr(const T* p) { return reinterpret_cast<const typename Cuda<T>::type*>(p); }
-template <typename T>
-auto cuda_ptr(T* p) { return reinterpret_cast<typename Cuda<T>::type*>(p); }
-
-// The math type: float for half, bfloat16 and float; double for double. `a` is converted to it
-// once, here: converting it to bfloat16 instead would round it (1.7 becomes 1.703125).
-template <typename T>
-using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+// cuda_ptr turns at::BFloat16* into __nv_bfloat16* (at::Half* into __half*: the same
+// 16 bits under two names) for the launchers; acc_t<T> is the math type (include/aten_cuda.h).
+// `a` is converted to acc_t once, here: converting it to bfloat16 instead would round it (1.7
+// becomes 1.703125).
+using course::acc_t;
+using course::cuda_ptr;
 
 at::Tensor scale(const at::Tensor& x, double a) {
   // Check everything before touching the GPU, and say what to do about it.

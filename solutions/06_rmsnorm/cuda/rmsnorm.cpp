@@ -16,6 +16,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include "aten_cuda.h"
+
 #include <cuda_bf16.h>  // the CUDA spellings of bfloat16 and half, for the launchers' types
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -41,24 +43,11 @@ int64_t rmsnorm_bwd_max_blocks(int64_t rows);
 
 namespace {
 
-// at::BFloat16 and __nv_bfloat16 (at::Half and __half) are the same 16 bits: the pointers are
-// reinterpret_cast from one to the other.
-template <typename T> struct Cuda { using type = T; };
-template <> struct Cuda<at::BFloat16> { using type = __nv_bfloat16; };
-template <> struct Cuda<at::Half> { using type = __half; };
-
-template <typename T>
-auto cuda_ptr(const T* p) { return reinterpret_cast<const typename Cuda<T>::type*>(p); }
-template <typename T>
-auto cuda_ptr(T* p) { return reinterpret_cast<typename Cuda<T>::type*>(p); }
-
-// the math type: float for half, bfloat16 and float; double for double (gradcheck needs it)
-template <typename T>
-using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-at::ScalarType math_type(const at::Tensor& x) {
-  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
+// cuda_ptr turns at::BFloat16* into __nv_bfloat16* (at::Half* into __half*: the same
+// 16 bits under two names) for the launchers; acc_t<T> is the math type (include/aten_cuda.h).
+using course::acc_t;
+using course::cuda_ptr;
+using course::math_type;
 
 // ---------------------------------------------------------------------------------------------
 // argument checks (the same for CPU and CUDA) and shapes

@@ -22,6 +22,8 @@
 #include <c10/cuda/CUDAStream.h>    // c10::cuda::getCurrentCUDAStream
 #include <torch/library.h>          // TORCH_LIBRARY, TORCH_LIBRARY_IMPL
 
+#include "aten_cuda.h"
+
 #include <cuda_bf16.h>              // __nv_bfloat16: the CUDA spelling of at::BFloat16
 #include <cuda_fp16.h>              // __half: the CUDA spelling of at::Half
 #include <cuda_runtime_api.h>       // cudaStream_t
@@ -39,20 +41,10 @@ void scale_launch(const T* x, T* out, A a, int64_t n, cudaStream_t stream);
 
 namespace {
 
-// Given: at::BFloat16 and __nv_bfloat16 (at::Half and __half) are the same 16 bits; cuda_ptr
-// turns a pointer to the one into a pointer to the other (float and double pass unchanged).
-template <typename T> struct Cuda { using type = T; };
-template <> struct Cuda<at::BFloat16> { using type = __nv_bfloat16; };
-template <> struct Cuda<at::Half> { using type = __half; };
-
-template <typename T>
-auto cuda_ptr(const T* p) { return reinterpret_cast<const typename Cuda<T>::type*>(p); }
-template <typename T>
-auto cuda_ptr(T* p) { return reinterpret_cast<typename Cuda<T>::type*>(p); }
-
-// Given: the math type, float for half, bfloat16 and float; double for double.
-template <typename T>
-using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+// Given: cuda_ptr turns at::BFloat16* into __nv_bfloat16* (at::Half* into __half*: the same
+// 16 bits under two names) for the launchers; acc_t<T> is the math type (include/aten_cuda.h).
+using course::acc_t;
+using course::cuda_ptr;
 
 at::Tensor scale(const at::Tensor& x, double a) {
   // Step 0: delete this line when you start.
