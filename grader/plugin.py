@@ -32,6 +32,7 @@ STICKY = re.compile(r"illegal memory access|device-side assert|unspecified launc
 NOT_IMPLEMENTED = re.compile(r"not implemented yet", re.I)
 record = None  # the Recorder, set in pytest_configure
 SESSION = None  # the submission's process (grader.proxy.Session), started once per judge
+PRESTARTED = None  # a runner the judge started before importing torch (grader.spawn), if any
 OWN_WORK = "grader::own_work"  # the check that the submission's own kernels did the work
 
 
@@ -315,7 +316,8 @@ def open_session(tree: Path, exercise, track):
     global SESSION
     if SESSION is None:
         from grader.proxy import Session
-        SESSION = Session(tree, exercise, track, timeout_s=check_limit(exercise))
+        SESSION = Session(tree, exercise, track, timeout_s=check_limit(exercise),
+                          started=PRESTARTED)
         SESSION.loaded = SESSION.request("load", timeout_s=exercise.timeout_s)
     return SESSION
 

@@ -19,10 +19,8 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import weakref
 from pathlib import Path
@@ -65,12 +63,12 @@ def _raise(err: dict):
 class Session:
     """One runner process for one (tree, exercise, track); the evidence it reported so far."""
 
-    def __init__(self, tree: Path, exercise, track, *, timeout_s: float = 600, protect=()):
+    def __init__(self, tree: Path, exercise, track, *, timeout_s: float = 600, protect=(),
+                 started=None):
+        from grader import spawn
         self.exercise, self.track = exercise, track
         self.tree = Path(tree).resolve()
         self.timeout_s = timeout_s
-        self.scratch = tempfile.mkdtemp(prefix="grader-runner-")
-        self.log_path = Path(self.scratch) / "runner.log"
         self.violations: list[str] = []   # delegation / side-stream findings, first few
         self.attempts: list[str] = []     # writes into the repository the runner tried
         self.calls = 0
@@ -78,29 +76,20 @@ class Session:
         self.stub_seen = False  # a check failed on "not implemented yet"
         self.dead: RunnerDied | None = None
         self._release: list[int] = []  # graphs the judge no longer holds: freed with the next request
-        ours, theirs = socket.socketpair()
-        from multiprocessing.connection import Connection
-        self.conn = Connection(ours.detach())
-        fd = theirs.detach()
-        cmd = [sys.executable, "-m", "grader.runner", "--fd", str(fd), "--tree", str(self.tree),
-               "--exercise", exercise.id, "--track", track.name, "--scratch", self.scratch]
-        for p in [ROOT, *protect]:
-            cmd += ["--protect", str(p)]
         tool = os.environ.get("GRADER_SANITIZE")  # memcheck, racecheck, initcheck, synccheck
-        self.sanitizer = None
-        if tool:
-            self.sanitizer = sanitizer_command(tool)
-            if isinstance(self.sanitizer, list):
-                cmd = self.sanitizer + cmd
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_EVENTS")}
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "")
-                                                            .split(os.pathsep) if p])
-        env["PYTHONUNBUFFERED"] = "1"
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=self.scratch, env=env, stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         pass_fds=(fd,))
-        os.close(fd)
+        self.sanitizer = sanitizer_command(tool) if tool else None
+        # A process the judge started before importing torch (grader.spawn) is adopted when it
+        # was started for exactly this; under a sanitizer the command differs: start afresh.
+        if started is not None and (tool or started.key != spawn.key(
+                self.tree, exercise.id, track.name, protect)):
+            _kill(started.proc)
+            started = None
+        if started is None:
+            started = spawn.start_runner(self.tree, exercise.id, track.name, protect,
+                                         self.sanitizer if isinstance(self.sanitizer, list)
+                                         else None)
+        self.proc, self.conn = started.proc, started.conn
+        self.scratch, self.log_path = started.scratch, started.log_path
         weakref.finalize(self, _kill, self.proc)
 
     # the channel ---------------------------------------------------------------------------

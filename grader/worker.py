@@ -19,12 +19,8 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-
 from grader.discover import EXERCISES, ROOT, load_exercise
 from grader.results import Recorder
-
-HAS_GPU = torch.cuda.is_available()
 
 
 def main(argv=None) -> int:
@@ -35,10 +31,18 @@ def main(argv=None) -> int:
     p.add_argument("--events", required=True)
     p.add_argument("--phase", choices=["checks", "bench", "sweep"], default="checks")
     args = p.parse_args(argv)
+    early = None
+    if args.phase in ("checks", "bench") and not os.environ.get("GRADER_SANITIZE"):
+        # the submission's process starts now and imports its torch while this one imports its
+        # own (torch is not imported yet here): 2-4 s less per track (grader.spawn)
+        from grader import spawn
+        early = spawn.start_runner(args.tree, args.exercise, args.track)
+    import torch
     record = Recorder(args.events)
     exercise = load_exercise(EXERCISES / args.exercise)
     track = exercise.tracks[args.track]
-    record(event="worker", pid=os.getpid(), gpu=torch.cuda.get_device_name() if HAS_GPU else None,
+    record(event="worker", pid=os.getpid(),
+           gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
            torch=torch.__version__)
 
     if args.phase == "sweep":  # make bench: every track of the tree, in runners of their own
@@ -48,6 +52,7 @@ def main(argv=None) -> int:
         return 0
     from grader import plugin
     from grader.proxy import RunnerDied
+    plugin.PRESTARTED = early
     try:
         session = plugin.open_session(args.tree, exercise, track)
     except RunnerDied as e:

@@ -214,3 +214,28 @@ def test_timing_phase_runs_in_its_own_worker():
         assert r.performance["figures"]["forward"]["ms"] > 0
     else:
         assert r.performance == {"status": "needs a GPU"}, r.performance
+
+
+def test_a_runner_started_before_torch_is_adopted_only_for_its_own_track():
+    """The judge starts the submission's process before importing torch (grader.spawn): the
+    session adopts it when it was started for the same tree, exercise and track, and otherwise
+    ends it and starts the right one (a process for another track must never serve checks)."""
+    from grader import spawn
+    from grader.proxy import Session
+    track = EX01.tracks["triton"]
+    tree = ROOT / "solutions"
+    early = spawn.start_runner(tree, EX01.id, track.name)
+    s = Session(tree, EX01, track, started=early)
+    try:
+        assert s.proc is early.proc
+        assert s.request("noop").get("ok")
+    finally:
+        s.close()
+    wrong = spawn.start_runner(ROOT / "starter", EX01.id, track.name)
+    s = Session(tree, EX01, track, started=wrong)
+    try:
+        assert s.proc is not wrong.proc
+        assert wrong.proc.wait(timeout=30) is not None  # ended, not left running
+        assert s.request("noop").get("ok")
+    finally:
+        s.close()
