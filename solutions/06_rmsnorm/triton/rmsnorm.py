@@ -23,9 +23,10 @@ break, Inductor sees the kernels). In eager mode it calls a plain `torch.autogra
 forward and backward run the same Python bodies: a custom op's eager call goes through the
 dispatcher, the generated autograd wrapper and an output-aliasing check in Python, which cost
 ~240 us of CPU per op call on the H200 machine (cProfile of 50 steps: torch/_library/
-custom_ops.py backend_impl, 2026-11-22, results/experiments/host_overhead.py) — more than the
-GPU spends on the whole forward+backward (~375 us for two ops). The autograd.Function path costs
-~60-100 us per call: the GPU, not Python, then sets the pace.
+custom_ops.py backend_impl, 2026-11-22, results/gpu-2026-11-22-r2/host-overhead-before.txt) —
+more than the GPU spends on the whole forward+backward (~375 us for two ops). Through the
+autograd.Function the graded run measured 259 us of CPU per forward+backward step against 388 us
+of GPU (results/gpu-2026-11-22-r2/grade-06-07.txt): the GPU, not Python, sets the pace.
 """
 import functools
 
@@ -176,7 +177,8 @@ def _direct(kernel):
 def _fwd_impl(x, w, eps, launch):
     """The forward's body; `launch` is wrap_triton inside the registered op (Inductor traces the
     launch) and _direct in the eager door (outside a triton_op, wrap_triton would go through
-    PyTorch's tracing machinery on every call: ~200 us of CPU)."""
+    PyTorch's tracing machinery on every call: the 06 forward took 180 us of CPU instead of 69
+    on the H200 machine, results/gpu-2026-11-22-r2/host-overhead-wrap-triton-outside-op.txt)."""
     _check(x, w)
     x = x.contiguous()  # the kernel walks rows with stride N; a no-op for contiguous x
     w = w.contiguous()
