@@ -2,7 +2,8 @@
 # make exercise-02            grade one exercise, every failure in full (SANITIZE=memcheck|racecheck|...,
 #                             REPRO=check@example: one failing example again, as a failure prints it;
 #                             QUICK=1: 3 examples per property check, baselines' times cached)
-# make bench                  side-by-side benchmark of solutions/ vs baselines (needs a GPU)
+# make bench                  side-by-side benchmark of solutions/ vs baselines (needs a GPU;
+#                             EXERCISE=04,05: those only, the other rows kept; REPEATS=5)
 # make test                   the project's own tests
 # BUILD=aot                   (with grade/exercise-NN) ahead-of-time builds of the CUDA tracks
 SHELL := /bin/bash
@@ -32,7 +33,7 @@ BUILD_FLAG := $(if $(BUILD),--build $(BUILD))
 
 .PHONY: grade bench test list clean help
 help:
-	@sed -n '1,7p' Makefile | sed 's/^# //'
+	@sed -n '1,8p' Makefile | sed 's/^# //'
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -46,7 +47,7 @@ exercise-%: $(SETUP)
 	$(if $(QUICK),GRADER_QUICK=1 )$(if $(SANITIZE),GRADER_SANITIZE=$(SANITIZE) GRADER_SMALL=1 GRADER_CHECK_TIMEOUT=900 )$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(SANITIZE),--no-bench) $(if $(REPRO),--repro '$(REPRO)')
 
 bench: $(SETUP)
-	$(PY) -m grader bench $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(BENCH_IMPL)) --out $(BENCH_OUT)
+	$(PY) -m grader bench $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(BENCH_IMPL)) --out $(BENCH_OUT) $(if $(EXERCISE),--exercise $(EXERCISE)) $(if $(REPEATS),--repeats $(REPEATS))
 
 # Workers side by side only with Landlock: without it a grade snapshots and restores the whole
 # repository, and a tampering test's write would race the other worker's reads (tests/conftest.py)

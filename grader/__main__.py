@@ -43,13 +43,14 @@ def _gpu_line() -> str:
 
 
 def _jobs(args, n: int) -> int:
-    """Tracks checked at once: a quarter of the cores (each build and check uses several), and
+    """Tracks checked at once: half the cores (each check is a judge and a submission's process,
+    mostly waiting on each other and on the GPU; 8 on a 16-core GPU host, one on 2 cores), and
     one where the submission's process cannot be sandboxed (then a repository change must be
     pinned on one track)."""
     from grader.trust import landlock_available
     if not landlock_available():
         return 1
-    return max(1, min(n, args.jobs or (os.cpu_count() or 2) // 4))
+    return max(1, min(n, args.jobs or (os.cpu_count() or 2) // 2))
 
 
 def _exercises(which: str | None):
@@ -62,7 +63,6 @@ def _exercises(which: str | None):
 def cmd_grade(args) -> int:
     import torch
     from concurrent.futures import ThreadPoolExecutor, as_completed
-    from grader.isolate import check_track, time_track
     from grader.report import feedback, gradescope, junit, scorecard, write_json
     from grader.score import score
 
@@ -82,24 +82,42 @@ def cmd_grade(args) -> int:
     progress = Progress()
     pairs = [(ex, t) for ex in exercises for t in ex.tracks.values()]
     results = {}
-    # the checks of different tracks run side by side (the GPU is shared fine for checks) ...
+    run_cache = _run_cache() if bench else None
+    # the checks of different tracks run side by side (the GPU is shared fine for checks), and
+    # behind them the baselines' torch.compile, so the timing phase finds them compiled ...
     with ThreadPoolExecutor(_jobs(args, len(pairs))) as pool:
-        todo = {pool.submit(_check, tree, ex, t, progress): (ex, t) for ex, t in pairs}
+        todo = {pool.submit(_check, tree, ex, t, progress): (ex, t)
+                for ex, t in _longest_first(pairs)}
+        warm = [pool.submit(_warm, tree, ex) for ex in exercises if bench and ex.benchmark]
         for done in as_completed(todo):
             ex, t = todo[done]
             r = results[(ex.id, t.name)] = done.result()
+            _durations(record={f"{ex.id}/{t.name}": time.perf_counter() - start})
             progress.print(f"checked {ex.id} [{t.name}]: {r.count('correctness', 'passed')}/"
                            f"{r.total('correctness')} correctness checks passed "
                            f"({time.perf_counter() - start:.0f} s)")
+        for w in warm:
+            w.result()
+    if warm:
+        progress.print(f"baselines compiled ahead ({time.perf_counter() - start:.0f} s)")
     rows = []
-    for ex, t in pairs:  # ... and each timing runs alone on the GPU
-        r = results[(ex.id, t.name)]
-        if bench:
-            time_track(tree, ex, t, r, progress=progress)
-        elif ex.benchmark is not None:
-            r.performance = r.performance or {
-                "status": "needs a GPU" if not torch.cuda.is_available() else "not measured"}
-        rows.append((ex, r, score(ex, r)))
+    # ... and each timing runs alone on the GPU, while the next track's worker gets ready
+    # (starts its submission's process and loads the track, then waits at its gate)
+    from grader.isolate import timeable
+    from grader.trust import landlock_available
+    ahead = bench and landlock_available()
+    timed = [(ex, t) for ex, t in pairs if bench and timeable(ex, results[(ex.id, t.name)])]
+    prepared = {}
+    try:
+        _time_all(tree, pairs, results, bench, timed, ahead, prepared, progress, start)
+    finally:
+        for w in prepared.values():  # a timing that raised: no worker left at its gate
+            w.cancel()
+    for ex, t in pairs:
+        rows.append((ex, results[(ex.id, t.name)], score(ex, results[(ex.id, t.name)])))
+    if run_cache is not None:
+        run_cache.cleanup()
+        os.environ.pop("GRADER_RUN_CACHE", None)
     rel = tree.relative_to(ROOT) if tree.is_relative_to(ROOT) else tree
     title = f"Scorecard for {rel}  ({_gpu_line()})"
     table = scorecard(rows, title=title)
@@ -121,6 +139,84 @@ def cmd_grade(args) -> int:
         path.write_text(junit(rows, seconds=time.perf_counter() - start))
         print(f"JUnit XML: {path}")
     return 0
+
+
+def _durations(record: dict | None = None) -> dict:
+    """How long each track's checks took here last time (seconds from the run's start to its
+    result), kept in .cache/durations.json by the judge; `record` adds to it."""
+    import json
+    from grader.build import CACHE
+    path = CACHE / "durations.json"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if record:
+        known.update({k: round(v, 1) for k, v in record.items()})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+        tmp.replace(path)
+    return known
+
+
+def _longest_first(pairs):
+    """The order the checks start in: the longest last time first (the whole phase is as long
+    as its last track); never measured here: higher exercise numbers first (bigger builds and
+    shapes: a CUTLASS build, autotuned GEMMs)."""
+    known = _durations()
+    return sorted(pairs, key=lambda p: (-known.get(f"{p[0].id}/{p[1].name}", 1e9),
+                                        -int(p[0].number)))
+
+
+def _run_cache():
+    """A folder for this run's baseline timings (grader.measure._quick_baselines): the tracks of
+    one exercise share one measurement. Only where the submission's process is sandboxed (it
+    cannot write there); otherwise every track times its baselines itself."""
+    import tempfile
+    from grader.trust import landlock_available
+    if os.environ.get("GRADER_QUICK") or not landlock_available():
+        return None
+    folder = tempfile.TemporaryDirectory(prefix="grader-run-")
+    os.environ["GRADER_RUN_CACHE"] = folder.name  # passed on to the timing workers
+    return folder
+
+
+def _warm(tree, ex) -> None:
+    """The exercise's compiled baselines, compiled ahead in a judge-only worker (no submission
+    code): grader.measure.warm_baselines. A failure only means the timing phase compiles."""
+    import tempfile
+    from grader.isolate import _worker
+    if not any(n == "compile" or n.startswith("compile:") for n in ex.benchmark.baselines):
+        return
+    track = next(iter(ex.tracks.values()))
+    with tempfile.TemporaryDirectory(prefix="grader-warm-") as tmp:
+        _worker(tree, ex, track, "warm", Path(tmp) / "warm.jsonl", min(ex.timeout_s, 600))
+
+
+def _time_all(tree, pairs, results, bench, timed, ahead, prepared, progress, start) -> None:
+    """Each timing alone on the GPU, in exercise order; with `ahead`, the next track's worker
+    is started while this one times (it waits at its gate: grader.isolate.Prepared)."""
+    import torch
+    from grader.isolate import Prepared, time_track
+    for ex, t in pairs:
+        r = results[(ex.id, t.name)]
+        if bench:
+            began = time.perf_counter()
+            k = timed.index((ex, t)) if (ex, t) in timed else -1
+            if ahead and k >= 0 and (ex.id, t.name) not in prepared:
+                prepared[(ex.id, t.name)] = Prepared(tree, ex, t)
+            if ahead and 0 <= k < len(timed) - 1:
+                nex, nt = timed[k + 1]
+                prepared[(nex.id, nt.name)] = Prepared(tree, nex, nt)
+            time_track(tree, ex, t, r, progress=progress,
+                       prepared=prepared.pop((ex.id, t.name), None))
+            if k >= 0:
+                progress.print(f"timed {ex.id} [{t.name}] in {time.perf_counter() - began:.0f} "
+                               f"s ({time.perf_counter() - start:.0f} s)")
+        elif ex.benchmark is not None:
+            r.performance = r.performance or {
+                "status": "needs a GPU" if not torch.cuda.is_available() else "not measured"}
 
 
 def _check(tree, ex, t, progress=None):
@@ -157,7 +253,8 @@ def cmd_batch(args) -> int:
 
 def cmd_bench(args) -> int:
     from grader.bench import bench_command
-    return bench_command(_exercises(args.exercise), _tree(args), Path(args.out))
+    return bench_command(_exercises(args.exercise), _tree(args), Path(args.out),
+                         repeats=args.repeats)
 
 
 def cmd_list(args) -> int:
@@ -203,6 +300,9 @@ def main(argv=None) -> int:
     batch.add_argument("--build", choices=["jit", "aot"], default=None,
                        help="passed on to each submission's grade")
     sub.choices["bench"].add_argument("--out", default=str(ROOT / "results" / "bench"))
+    sub.choices["bench"].add_argument("--repeats", type=int, default=2,
+                                      help="times the graded case is measured (the spread of "
+                                           "the medians is shown; default 2)")
     sub.add_parser("list")
     args = p.parse_args(argv)
     try:

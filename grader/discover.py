@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.timing import CEILINGS
@@ -70,6 +70,30 @@ class Benchmark:
     baselines: tuple[str, ...]  # "eager", "compile", or a function name in reference.py
     peers: tuple[str, ...]      # optional baselines: reported as missing when they fail to import
     thresholds: tuple[Threshold, ...]
+    # `make bench` only, never scored: more cases timed beside the graded one ([[benchmark.extra]])
+    extras: tuple["Extra", ...] = ()
+    wrap: str | None = None     # (an extra's) reference.py function: wrap(op) -> a model around
+    #                             the op, compiled whole (torch.compile, fullgraph) on both sides
+
+
+@dataclass(frozen=True)
+class Extra:
+    """A case `make bench` times beside the graded one, and never scores: a second entry point
+    at its own case (04's reduce_sum_rows), or the op inside a compiled model (06's
+    Linear -> rmsnorm -> Linear). Every field not given is the [benchmark]'s."""
+    name: str                 # the heading of its table in bench.md
+    call: str
+    reference: str            # reference.py function: what the baselines run and what the
+    #                           timed outputs are validated against (before `wrap`)
+    inputs: str
+    model: str
+    ceiling: str
+    dtype: str
+    case: dict
+    modes: tuple[str, ...]
+    grad_args: tuple[int, ...]
+    baselines: tuple[str, ...]  # as [benchmark]'s, plus "compile:NAME": torch.compile of NAME
+    wrap: str | None
 
 
 @dataclass(frozen=True)
@@ -203,26 +227,56 @@ def _threshold(f: _Fields, baselines) -> Threshold:
     return Threshold(metric, baseline, mode, pass_at, full_at)
 
 
+def _grad_args(f: _Fields, modes, default=...) -> tuple[int, ...]:
+    grad_args = tuple(f.get("grad_args", list, [] if default is ... else list(default)))
+    if "forward_backward" in modes and not grad_args:
+        raise f.error("grad_args", "forward_backward needs the indices of the inputs that get "
+                                   "gradients (e.g. [0, 1])")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in grad_args):
+        raise f.error("grad_args", "a list of argument indices (integers >= 0)")
+    return grad_args
+
+
+def _ceiling(f: _Fields, default=...) -> str:
+    return f.get("ceiling", str, "bandwidth" if default is ... else default,
+                 lambda v: None if v in CEILINGS else f"one of {', '.join(CEILINGS)}")
+
+
+def _extra(f: _Fields, tracks, b: Benchmark) -> Extra:
+    f.unknown({"name", "call", "reference", "inputs", "model", "ceiling", "dtype", "case",
+               "modes", "grad_args", "baselines", "wrap"})
+    call = f.get("call", str, b.call)
+    for track in tracks.values():
+        if call not in track.entry_points:
+            raise f.error("call", f"{call!r} is not an entry point of track {track.name!r}")
+    modes = f.strings("modes", b.modes, MODES)
+    for name in f.strings("baselines", ()):
+        if name.startswith("compile:") and not name[len("compile:"):].isidentifier():
+            raise f.error("baselines", f"{name!r}: compile:NAME names a reference.py function")
+    return Extra(
+        name=f.get("name", str), call=call, reference=f.get("reference", str, "reference"),
+        inputs=f.get("inputs", str, b.inputs), model=f.get("model", str, b.model),
+        ceiling=_ceiling(f, b.ceiling),
+        dtype=f.get("dtype", str, b.dtype, lambda v: None if v in DTYPES else f"one of {DTYPES}"),
+        case=f.get("case", dict, b.case), modes=modes,
+        grad_args=_grad_args(f, modes, b.grad_args),
+        baselines=f.strings("baselines", b.baselines), wrap=f.get("wrap", str, None))
+
+
 def _benchmark(f: _Fields, tracks) -> Benchmark:
     f.unknown({"call", "inputs", "model", "ceiling", "dtype", "case", "sweep", "modes",
-               "grad_args", "baselines", "peers", "threshold"})
+               "grad_args", "baselines", "peers", "threshold", "extra"})
     call = f.get("call", str)
     for track in tracks.values():
         if call not in track.entry_points:
             raise f.error("call", f"{call!r} is not an entry point of track {track.name!r}")
     baselines = f.strings("baselines", ("eager", "compile"))
     modes = f.strings("modes", ("forward",), MODES)
-    grad_args = tuple(f.get("grad_args", list, []))
-    if "forward_backward" in modes and not grad_args:
-        raise f.error("grad_args", "forward_backward needs the indices of the inputs that get "
-                                   "gradients (e.g. [0, 1])")
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in grad_args):
-        raise f.error("grad_args", "a list of argument indices (integers >= 0)")
+    grad_args = _grad_args(f, modes)
     thresholds = f.get("threshold", list, [])
-    return Benchmark(
+    b = Benchmark(
         call=call, inputs=f.get("inputs", str), model=f.get("model", str),
-        ceiling=f.get("ceiling", str, "bandwidth",
-                      lambda v: None if v in CEILINGS else f"one of {', '.join(CEILINGS)}"),
+        ceiling=_ceiling(f),
         dtype=f.get("dtype", str, check=lambda v: None if v in DTYPES else f"one of {DTYPES}"),
         case=f.get("case", dict), sweep=tuple(f.get("sweep", list, [])),
         modes=modes, grad_args=grad_args, baselines=baselines,
@@ -230,6 +284,9 @@ def _benchmark(f: _Fields, tracks) -> Benchmark:
         thresholds=tuple(_threshold(_Fields(f.path, t, f"{f.prefix}threshold[{i}]."), baselines)
                          for i, t in enumerate(thresholds)),
     )
+    extras = tuple(_extra(_Fields(f.path, e, f"{f.prefix}extra[{i}]."), tracks, b)
+                   for i, e in enumerate(f.get("extra", list, [])))
+    return replace(b, extras=extras)
 
 
 def load_exercise(folder: Path) -> Exercise:

@@ -47,15 +47,54 @@ def check_track(tree, exercise, track, *, timeout_s=None, progress=None) -> Trac
     return result
 
 
+def timeable(exercise, result: TrackResult) -> bool:
+    """Is there a timing to make: a benchmark, a sound build, no crash, no tampering."""
+    return not (exercise.benchmark is None or not result.build.get("ok") or result.ended
+                or result.tampering)
+
+
+class Prepared:
+    """A timing worker started ahead, waiting at its gate (see time_track)."""
+
+    def __init__(self, tree, exercise, track):
+        self.tmp = tempfile.TemporaryDirectory(prefix="grader-")
+        self.events = Path(self.tmp.name) / "bench.jsonl"
+        self.gate = Path(self.tmp.name) / "go"
+        self.worker = _spawn(Path(tree).resolve(), exercise, track, "bench", self.events,
+                             gate=self.gate)
+
+    def cancel(self):
+        try:
+            os.killpg(self.worker.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.worker.proc.wait()
+        self.worker.out.close()
+        self.tmp.cleanup()
+
+
 def time_track(tree, exercise, track, result: TrackResult, *, timeout_s=None,
-               progress=None) -> None:
+               progress=None, prepared: Prepared | None = None) -> None:
     """Time a track whose build is sound, even when some checks failed: the learner sees the
     figures (the output at the benchmark case is validated either way); points only when every
-    correctness check passed (grader.score)."""
-    if exercise.benchmark is None or not result.build.get("ok") or result.ended \
-            or result.tampering:
+    correctness check passed (grader.score). `prepared`: its worker, started ahead and waiting
+    at its gate (only where Landlock sandboxes the submission: no snapshot to take around it)."""
+    if not timeable(exercise, result):
+        if prepared is not None:
+            prepared.cancel()
         return
     tree = Path(tree).resolve()
+    if prepared is not None:
+        prepared.gate.touch()  # go: the GPU is this worker's now
+        with prepared.tmp as tmp:
+            code, timed_out, log = _wait(prepared.worker, exercise, track, "bench",
+                                         prepared.events, timeout_s or exercise.timeout_s,
+                                         progress)
+            timed = from_events(read_events(prepared.events), exercise=exercise.id,
+                                track=track.name, tree=str(tree), returncode=code,
+                                timed_out=timed_out, log=log)
+        _merge_timing(result, timed)
+        return
     with _guarded(tree) as guard, tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         timings = Path(tmp) / "bench.jsonl"
         code, timed_out, log = _worker(tree, exercise, track, "bench", timings,
@@ -63,6 +102,10 @@ def time_track(tree, exercise, track, result: TrackResult, *, timeout_s=None,
         timed = from_events(read_events(timings), exercise=exercise.id, track=track.name,
                             tree=str(tree), returncode=code, timed_out=timed_out, log=log)
         guard.result = result
+    _merge_timing(result, timed)
+
+
+def _merge_timing(result: TrackResult, timed: TrackResult) -> None:
     result.performance = timed.performance or {
         "status": f"not measured: the benchmark worker failed ({timed.ended or 'no result'})"}
     result.tampering += [t for t in timed.tampering if t not in result.tampering]
@@ -99,46 +142,70 @@ class _guarded:
         return False
 
 
-def _worker(tree, exercise, track, phase, events, timeout_s, progress=None):
-    """Run one worker phase; return its exit code, the limit if it hit it, and its output.
-    `progress` (grader.progress.Progress) is told what the worker's event log says meanwhile."""
+class Started:
+    """A worker process started by _spawn and not yet waited for."""
+
+    def __init__(self, proc, log, out, label):
+        self.proc, self.log, self.out, self.label = proc, log, out, label
+
+
+def _spawn(tree, exercise, track, phase, events, gate: Path | None = None) -> Started:
+    """Start one worker phase. With `gate`, the worker gets ready (its submission's process
+    started and the track loaded) and then waits until that file exists before it measures
+    anything: grader.__main__ prepares the next track's timing while this one's runs alone."""
     log = events.with_suffix(".log")
     cmd = [sys.executable, "-m", "grader.worker", "--tree", str(tree), "--exercise", exercise.id,
            "--track", track.name, "--events", str(events), "--phase", phase]
+    if gate is not None:
+        cmd += ["--gate", str(gate)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
         "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    out = open(log, "wb")
+    # a session of its own, so a timeout kills the worker and everything it started
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    return Started(proc, log, out, f"{exercise.id} [{track.name}]")
+
+
+def _wait(w: Started, exercise, track, phase, events, timeout_s, progress=None):
+    """Wait for a started worker under its time limit (counted from now); return its exit code,
+    the limit if it hit it, and its output."""
+    proc, log, label = w.proc, w.log, w.label
     timed_out = None
-    with open(log, "wb") as out:
-        # a session of its own, so a timeout kills the worker and everything it started
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        label = f"{exercise.id} [{track.name}]"
-        if progress is not None:
-            progress.begin(label, events, phase, track.sources)
-        deadline = time.monotonic() + timeout_s
-        try:
-            while True:
-                left = deadline - time.monotonic()
-                try:
-                    proc.wait(timeout=min(left, 0.5) if progress is not None else left)
+    if progress is not None:
+        progress.begin(label, events, phase, track.sources)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                proc.wait(timeout=min(left, 0.5) if progress is not None else left)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    timed_out = timeout_s
                     break
-                except subprocess.TimeoutExpired:
-                    if time.monotonic() >= deadline:
-                        timed_out = timeout_s
-                        break
-                    if progress is not None:
-                        progress.tick(label)
-        finally:
-            if progress is not None:
-                progress.end(label)
-        try:  # the worker and whatever it left running (its submission process)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+                if progress is not None:
+                    progress.tick(label)
+    finally:
+        if progress is not None:
+            progress.end(label)
+    try:  # the worker and whatever it left running (its submission process)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    w.out.close()
     keep = os.environ.get("GRADER_KEEP_LOGS")  # a folder: keep each worker's full log
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(log, Path(keep) / f"{exercise.id}-{track.name}-{phase}.log")
     return proc.returncode, timed_out, log.read_text(errors="replace")
+
+
+def _worker(tree, exercise, track, phase, events, timeout_s, progress=None):
+    """Run one worker phase; return its exit code, the limit if it hit it, and its output.
+    `progress` (grader.progress.Progress) is told what the worker's event log says meanwhile."""
+    return _wait(_spawn(tree, exercise, track, phase, events), exercise, track, phase, events,
+                 timeout_s, progress)

@@ -20,8 +20,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import time
 import weakref
 from pathlib import Path
 
@@ -29,7 +27,6 @@ import torch
 
 from grader import seam, trust
 from grader.check import Mismatch, note_call
-from grader.discover import ROOT
 
 _BUILTIN = {c.__name__: c for c in (NotImplementedError, ValueError, TypeError, IndexError,
                                     AssertionError, RuntimeError)}

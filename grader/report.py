@@ -132,8 +132,8 @@ def feedback(ex: Exercise, r: TrackResult, *, full: bool = False) -> str:
         else:
             out.append(f"{head}: compute-sanitizer {z.get('tool')}: no errors in the checks that ran")
         if not z.get("unavailable"):
-            out.append(f"    (under compute-sanitizer the profiler sees no GPU kernels: the rule "
-                       f"\"your kernels do the work\" was checked for PyTorch ops only)")
+            out.append("    (under compute-sanitizer the profiler sees no GPU kernels: the rule "
+                       "\"your kernels do the work\" was checked for PyTorch ops only)")
     p = r.performance
     if p and p.get("status") in ("measured", "rejected"):
         text = performance_text(p) if full else performance_line(p)
@@ -318,51 +318,72 @@ def _series(ex: dict, mode: str) -> dict[str, list]:
     return series
 
 
+def _reruns(first: dict, others: list, mode: str, name: str) -> str:
+    """The other repeats of one row: their medians and the largest difference from the first."""
+    again = [(o["figures"][mode]["impls"].get(name) or o["figures"][mode]["baselines"].get(name)
+              or {}) for o in others]
+    ms = [a["ms"] for a in again if "ms" in a]
+    if not ms or "ms" not in first:
+        return ""
+    worst = max((m / first["ms"] - 1 for m in ms), key=abs)
+    shown = ", ".join(f"{m * 1e3:.1f}" for m in ms)
+    return f"{shown} ({100 * worst:+.1f}%)"
+
+
+def _graded_tables(graded: list, unit: str, ceiling_value: float) -> list[str]:
+    """One table per mode: every track and baseline at one case, with the repeats beside."""
+    out = []
+    first, others = graded[0], graded[1:]
+    for mode, row in first["figures"].items():
+        out += [f"**{mode}**", "", f"| implementation | median µs | p20-p80 µs | {unit} | "
+                f"% of ceiling | vs fastest track | repeats µs (largest Δ) | host µs/call |",
+                "|---|---|---|---|---|---|---|---|"]
+        names = list(row["impls"]) + list(row["baselines"])
+        best = min((t["ms"] for t in row["impls"].values() if "ms" in t), default=None)
+        for name in names:
+            t = row["impls"].get(name) or row["baselines"].get(name)
+            if "ms" not in t:
+                out.append(f"| {name} | {t.get('error', 'did not run')} | | | | | | |")
+                continue
+            frac = f"{100 * t['rate'] / ceiling_value:.1f}%"
+            ratio = f"{t['ms'] / best:.2f}x" if best else ""
+            host = f"{t['host_ms'] * 1e3:.0f}" if t.get("host_ms") is not None else ""
+            if t.get("host_bound"):
+                host += " (host-bound)"
+            out.append(f"| {name} | {t['ms'] * 1e3:.1f} | {t['p20'] * 1e3:.1f}-"
+                       f"{t['p80'] * 1e3:.1f} | {t['rate']:.0f} | {frac} | {ratio} | "
+                       f"{_reruns(t, others, mode, name)} | {host} |")
+        out.append("")
+    for name, why in first.get("checks", {}).items():
+        if why:
+            out.append(f"- **{name}: output after timing differs from the reference**: "
+                       f"{why.splitlines()[0]}")
+    return out
+
+
 def bench_markdown(data: dict) -> str:
     meta = data["meta"]
-    out = [f"# Benchmark: {meta['tree']} on {meta['device']}",
-           f"torch {meta['torch']}, triton {meta['triton']}, {meta['date']}. Median of "
-           f"`triton.testing.do_bench` (L2 flushed between runs); rates count the fewest bytes "
-           f"(or flops) the op must move; % is of the ceiling measured in the same run.", ""]
+    out = [f"# Benchmark: {meta['tree']}",
+           "Median of `triton.testing.do_bench` (L2 flushed between runs); rates count the "
+           "fewest bytes (or flops) the op must move; % is of the ceiling measured in the same "
+           "run; host µs/call is the CPU time to enqueue one call (or one forward+backward "
+           "step) with the GPU kept busy, so the host never waits; host-bound when it exceeds "
+           "the GPU time. Each exercise says where and when it was measured (`make bench "
+           "EXERCISE=NN` re-measures one and keeps the others).", ""]
     for ex in data["exercises"]:
+        m = ex.get("measured") or meta
+        where = (f"{m['device']}, torch {m['torch']}, triton {m['triton']}, {m['date']}"
+                 + (f", {ex['seconds']:.0f} s" if ex.get("seconds") else ""))
         if "error" in ex:
-            out += [f"## {ex['exercise']}", f"error: {ex['error']}", ""]
+            out += [f"## {ex['exercise']}", f"({where})", "", f"error: {ex['error']}", ""]
             continue
         unit = CEILINGS[ex["ceiling"]].unit
         out += [f"## {ex['exercise']} ({ex['dtype']}, case {ex['graded_case']})",
-                f"ceiling: {ex['ceiling']} = {ex['ceiling_value']:.4g} {unit}", ""]
-        first, second = ex["graded"]
-        for mode, row in first["figures"].items():
-            out += [f"**{mode}**", "", f"| implementation | median µs | p20-p80 µs | {unit} | "
-                    f"% of ceiling | vs fastest track | rerun µs (Δ) | host µs/call |",
-                    "|---|---|---|---|---|---|---|---|"]
-            names = list(row["impls"]) + list(row["baselines"])
-            best = min((t["ms"] for t in row["impls"].values() if "ms" in t), default=None)
-            for name in names:
-                t = row["impls"].get(name) or row["baselines"].get(name)
-                again = (second["figures"][mode]["impls"].get(name)
-                         or second["figures"][mode]["baselines"].get(name) or {})
-                if "ms" not in t:
-                    out.append(f"| {name} | {t.get('error', 'did not run')} | | | | | | |")
-                    continue
-                frac = f"{100 * t['rate'] / ex['ceiling_value']:.1f}%"
-                ratio = f"{t['ms'] / best:.2f}x" if best else ""
-                delta = (f"{again['ms'] * 1e3:.1f} ({100 * (again['ms'] / t['ms'] - 1):+.1f}%)"
-                         if "ms" in again else "")
-                host = f"{t['host_ms'] * 1e3:.0f}" if t.get("host_ms") is not None else ""
-                if t.get("host_bound"):
-                    host += " (host-bound)"
-                out.append(f"| {name} | {t['ms'] * 1e3:.1f} | {t['p20'] * 1e3:.1f}-"
-                           f"{t['p80'] * 1e3:.1f} | {t['rate']:.0f} | {frac} | {ratio} | {delta} "
-                           f"| {host} |")
-            out.append("")
-        problems = {k: v for k, v in first.get("checks", {}).items() if v}
-        for name, why in problems.items():
-            out.append(f"- **{name}: output after timing differs from the reference**: "
-                       f"{why.splitlines()[0]}")
+                f"({where}) ceiling: {ex['ceiling']} = {ex['ceiling_value']:.4g} {unit}", ""]
+        out += _graded_tables(ex["graded"], unit, ex["ceiling_value"])
         for name, why in ex.get("load_errors", {}).items():
             out.append(f"- {name}: could not load: {why}")
-        for mode in first["figures"]:
+        for mode in ex["graded"][0]["figures"] if ex["sweep"] else ():
             series = _series(ex, mode)
             if not series:
                 continue
@@ -375,6 +396,15 @@ def bench_markdown(data: dict) -> str:
                 cells = [f"{s[i][1]:.0f}" if i < len(s) and s[i][1] else "—" for s in series.values()]
                 out.append(f"| {x} | " + " | ".join(cells) + " |")
             out.append("")
+        for extra in ex.get("extras", []):
+            eunit = CEILINGS[extra["ceiling"]].unit
+            how = (f"the track's `{extra['call']}` inside reference.{extra['wrap']}, the whole "
+                   f"model under torch.compile; each baseline inside the same model"
+                   if extra.get("wrap") else f"entry point `{extra['call']}`")
+            out += [f"### {ex['exercise']}: {extra['name']} ({extra['dtype']}, case "
+                    f"{extra['case']})", f"{how}; ceiling: {extra['ceiling']} = "
+                    f"{extra['ceiling_value']:.4g} {eunit}", ""]
+            out += _graded_tables(extra["graded"], eunit, extra["ceiling_value"])
     return "\n".join(out) + "\n"
 
 
@@ -408,7 +438,10 @@ def bench_plot(data: dict, path: Path) -> None:
         for c in range(len(ex["sweep"][0]["figures"]), modes):
             axes[r][c].axis("off")
     meta = data["meta"]
-    fig.suptitle(f"{meta['tree']} on {meta['device']} (torch {meta['torch']}, {meta['date']})")
+    devices = sorted({(e.get("measured") or meta)["device"] for e in exs})
+    dates = sorted({(e.get("measured") or meta)["date"][:10] for e in exs})
+    fig.suptitle(f"{meta['tree']} on {', '.join(devices)} (torch {meta['torch']}, "
+                 f"{' to '.join([dates[0], dates[-1]] if len(dates) > 1 else dates)})")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -7,7 +7,8 @@ This is the judge: it never imports the submission. It starts the submission's p
 (grader.runner, through grader.proxy), which builds and imports the track; phase `checks` then
 runs the exercise's checks through pytest and the grader plugin, every call crossing to that
 process; phase `bench` (a fresh judge and runner, once every check passed) times it
-(grader.measure); phase `sweep` runs `make bench` for one exercise (grader.bench). Everything the
+(grader.measure); phase `sweep` runs `make bench` for one exercise (grader.bench); phase `warm`
+(no submission at all) compiles the exercise's baselines while checks run. Everything the
 judge learns goes to the events file as it happens; whatever kills a process, the parent reads
 what was written. The events file is the judge's alone: the runner is never told its path and
 cannot write outside its scratch folder.
@@ -29,7 +30,9 @@ def main(argv=None) -> int:
     p.add_argument("--exercise", required=True)
     p.add_argument("--track", required=True)
     p.add_argument("--events", required=True)
-    p.add_argument("--phase", choices=["checks", "bench", "sweep"], default="checks")
+    p.add_argument("--phase", choices=["checks", "bench", "sweep", "warm"], default="checks")
+    p.add_argument("--gate", type=Path, help="(bench) get ready, then wait for this file to "
+                                             "exist before timing anything")
     args = p.parse_args(argv)
     early = None
     if args.phase in ("checks", "bench") and not os.environ.get("GRADER_SANITIZE"):
@@ -45,9 +48,15 @@ def main(argv=None) -> int:
            gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
            torch=torch.__version__)
 
+    if args.phase == "warm":  # no submission: compile the baselines ahead (grader.measure)
+        from grader.measure import warm_baselines
+        record(event="warm", seconds=warm_baselines(exercise))
+        record(event="done")
+        return 0
     if args.phase == "sweep":  # make bench: every track of the tree, in runners of their own
         from grader.bench import bench_exercise
-        bench_exercise(args.tree.resolve(), exercise, record)
+        bench_exercise(args.tree.resolve(), exercise, record,
+                       repeats=int(os.environ.get("GRADER_BENCH_REPEATS") or 2))
         record(event="done")
         return 0
     from grader import plugin
@@ -71,6 +80,10 @@ def main(argv=None) -> int:
         return 0
     if args.phase == "bench":  # the parent saw every check pass; the build is cached
         from grader.measure import grade_performance
+        if args.gate is not None:  # started ahead: another track may be timing right now
+            import time
+            while not args.gate.exists():
+                time.sleep(0.01)
         grade_performance(exercise, track, session, record)
         session.close()
         record(event="done")

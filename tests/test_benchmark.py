@@ -105,10 +105,40 @@ def test_bench_report_and_plot(tmp_path):
                           {"exercise": "02_scale", "error": "the benchmark worker failed: timed out"}]}
     md = bench_markdown(json.loads(json.dumps(data)))
     assert "| triton | 800.0 |" in md and "| liger | not installed" in md and "02_scale" in md
-    assert "sweep over n" in md and "rerun" in md and "host µs/call" in md
+    assert "sweep over n" in md and "repeats µs" in md and "host µs/call" in md
     pytest.importorskip("matplotlib")
     bench_plot(data, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").stat().st_size > 10_000
+
+
+def test_bench_report_shows_every_repeat_and_the_extra_cases():
+    """make bench REPEATS=5: the four other medians and the largest difference from the first;
+    an extra case ([[benchmark.extra]]) gets a table of its own under its exercise."""
+    reps = [_measurement(ms) for ms in (0.8, 0.81, 0.79, 0.8, 0.84)]
+    data = {"meta": {"tree": "solutions", "device": "GPU", "torch": "t", "triton": "t", "date": "d"},
+            "exercises": [{"exercise": "06_rmsnorm", "ceiling": "bandwidth", "ceiling_value": 4000.0,
+                           "dtype": "bfloat16", "graded_case": {"n": 1}, "sweep": [],
+                           "graded": reps, "load_errors": {},
+                           "extras": [{"name": "in a compiled block", "call": "rmsnorm",
+                                       "wrap": "block", "ceiling": "matmul_bf16",
+                                       "ceiling_value": 700.0, "dtype": "bfloat16",
+                                       "case": {"n": 1}, "graded": reps[:2]}]}]}
+    md = bench_markdown(json.loads(json.dumps(data)))
+    assert "810.0, 790.0, 800.0, 840.0 (+5.0%)" in md
+    assert "### 06_rmsnorm: in a compiled block" in md and "inside reference.block" in md
+
+
+def test_bench_keeps_the_exercises_it_did_not_measure():
+    """make bench EXERCISE=04 replaces 04's rows and keeps the others, each with its own
+    device and date (rows from files written before that field take the file's)."""
+    from grader.bench import merged
+    old = {"meta": {"device": "H200", "date": "2026-11-21"},
+           "exercises": [{"exercise": "01_vector_add"}, {"exercise": "04_reduce_sum", "old": 1}]}
+    new = [{"exercise": "04_reduce_sum", "measured": {"device": "H200", "date": "2026-11-24"}},
+           {"exercise": "02_scale", "measured": {"device": "H200", "date": "2026-11-24"}}]
+    got = merged(old, new)
+    assert [r["exercise"] for r in got] == ["01_vector_add", "02_scale", "04_reduce_sum"]
+    assert got[0]["measured"]["date"] == "2026-11-21" and "old" not in got[2]
 
 
 def test_validation_of_a_timed_linear_relu_allows_the_kink_only():

@@ -37,6 +37,27 @@ def block(op):
     return f
 
 
+def block_inputs(case, dtype, device, generator):
+    """block()'s inputs for `make bench` (the op where users run it): x, w and two square
+    Linear weights scaled by 1/sqrt(N), so activations stay near 1 through the block."""
+    n = case["N"]
+    x, w, _ = bench_inputs(case, dtype, device, generator)
+    scale = n ** -0.5
+    w_in = (torch.randn(n, n, dtype=torch.float32, device=device, generator=generator) * scale).to(dtype)
+    w_out = (torch.randn(n, n, dtype=torch.float32, device=device, generator=generator) * scale).to(dtype)
+    return (x, w, w_in, w_out)
+
+
+def block_traffic(case, dtype, mode):
+    """block()'s work, counted as its two Linears' flops (2 M N N each; the backward twice the
+    forward): the rate shown is the block's against the bf16 matmul ceiling, so what the norm
+    costs around the GEMMs shows as the distance from it."""
+    m, n = case["B"] * case["S"], case["N"]
+    gemm = 2 * (2 * m * n * n)
+    size = torch.tensor([], dtype=dtype).element_size()
+    return {"bytes": 4 * m * n * size, "flops": gemm if mode == "forward" else 3 * gemm}
+
+
 def bench_inputs(case, dtype, device, generator):
     shape = (case["B"], case["S"], case["N"])
     x = torch.randn(shape, dtype=dtype, device=device, generator=generator)
