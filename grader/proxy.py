@@ -170,7 +170,11 @@ def sanitizer_command(tool: str):
         return "compute-sanitizer is not installed here (it ships with the CUDA toolkit)"
     if not torch.cuda.is_available():
         return "compute-sanitizer needs a GPU: there is none here"
-    return [exe, "--tool", tool, "--print-limit", "10", "--show-backtrace", "no"]
+    # application-only: the runner's own kernels; the child processes of a build (ninja, nvcc,
+    # the host compiler) run unsanitized (under the default, `all`, torch's `ninja --version`
+    # probe failed on the H200 machine and the build reported "Ninja is required")
+    return [exe, "--tool", tool, "--target-processes", "application-only", "--print-limit", "10",
+            "--show-backtrace", "no"]
 
 
 def sanitizer_findings(log: str, limit: int = 12) -> list[str]:
