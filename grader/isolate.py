@@ -201,6 +201,8 @@ def _wait(w: Started, exercise, track, phase, events, timeout_s, progress=None):
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(log, Path(keep) / f"{exercise.id}-{track.name}-{phase}.log")
+        if events.exists():  # its events too, each stamped with its time (grader.results)
+            shutil.copy(events, Path(keep) / f"{exercise.id}-{track.name}-{phase}.jsonl")
     return proc.returncode, timed_out, log.read_text(errors="replace")
 
 

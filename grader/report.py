@@ -255,7 +255,8 @@ def junit(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: float) ->
         suite = ET.SubElement(root, "testsuite", name=f"{ex.id}.{r.track}")
         cases = []
         for c in r.checks:
-            case = ET.SubElement(suite, "testcase", classname=f"{ex.id}.{r.track}", name=c.name)
+            case = ET.SubElement(suite, "testcase", classname=f"{ex.id}.{r.track}", name=c.name,
+                                 time=f"{c.seconds:.3f}")
             if c.outcome in ("failed", "crashed", "not run"):
                 f = ET.SubElement(case, "failure", message=(c.message.splitlines() or [c.outcome])[0][:300],
                                   type=c.outcome)

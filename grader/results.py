@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ class Check:
     example: str = ""             # a property check's failing example (the drawn values)
     repro: str = ""               # the command that runs that example again, alone
     hint: str = ""                # the exercise's hint for this check (exercise.toml [hints])
+    seconds: float = 0.0          # how long it ran (pytest's duration, summed over its phases)
 
     def details(self) -> list[str]:
         """The lines under a failure's message: the example, how to rerun it, the hint."""
@@ -76,6 +78,7 @@ class Recorder:
 
     def __call__(self, **event):
         if self.file:
+            event.setdefault("t", round(time.time(), 3))  # when: where a grade's seconds go
             self.file.write(json.dumps(event) + "\n")
             self.file.flush()
             os.fsync(self.file.fileno())
@@ -149,6 +152,7 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
             started.add(e["test"])
         elif kind == "result" and e["test"] in checks:
             c = checks[e["test"]]
+            c.seconds += e.get("seconds") or 0.0
             if e["outcome"] == "skipped":
                 c.outcome = ("needs a GPU" if e.get("reason", "").startswith("needs a GPU")
                              else "skipped")
