@@ -331,8 +331,21 @@ def figures_for(exercise, model, t, ceilings) -> dict:
     return t
 
 
-def grade_performance(exercise, track, session, record) -> None:
-    """Time one track at the graded case against the baselines; record the performance event."""
+def prepare_performance(exercise) -> tuple:
+    """What grade_performance needs that runs on the CPU alone: the reference and the baselines'
+    callables (creating a torch.compile'd one imports dynamo and Inductor, seconds). A timing
+    worker started ahead does this while another track's timing holds the GPU (nothing here
+    launches a kernel)."""
+    import torch
+    ref = load_reference(exercise)
+    fns = baseline_fns(exercise, ref)
+    torch._dynamo.reset()
+    return ref, fns
+
+
+def grade_performance(exercise, track, session, record, prepared: tuple | None = None) -> None:
+    """Time one track at the graded case against the baselines; record the performance event.
+    `prepared`: prepare_performance(exercise), done ahead."""
     import torch
     from grader.build import CACHE
     from grader.score import performance_credit
@@ -350,10 +363,9 @@ def grade_performance(exercise, track, session, record) -> None:
                                flush=True)  # where the seconds go (GRADER_KEEP_LOGS keeps it)
     ceilings = measure_ceilings(CACHE)
     stage("ceilings")
-    ref = load_reference(exercise)
-    fns = baseline_fns(exercise, ref)
+    ref, fns = prepared or prepare_performance(exercise)
+    stage("reference and baselines ready")
     figures, problem = {}, None
-    torch._dynamo.reset()
     for mode in b.modes:
         model = getattr(ref, b.model)(b.case, getattr(torch, b.dtype), mode)
         try:

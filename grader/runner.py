@@ -317,8 +317,8 @@ class Runner:
     def _unpoisoned(self) -> None:
         """Timing measures the op, not the grader: fresh allocations stop being NaN-filled (a
         fill is a full extra write pass). The bench phase has a runner of its own."""
-        self.torch.utils.deterministic.fill_uninitialized_memory = False
-        self.torch.use_deterministic_algorithms(False)
+        from grader.trust import poison_fresh_memory
+        poison_fresh_memory(False)
 
     def _timed(self, entry, wrap):
         """What a timing calls: the entry point, or (`wrap`, make bench's model around the op)
@@ -502,10 +502,8 @@ def main(argv=None) -> int:
     attempts = Attempts([Path(x) for x in args.protect], roots)
     sys.addaudithook(attempts.hook)  # permanent: no Python code can remove it
     state = sandbox(roots)
-    # Fresh allocations come back NaN-filled, so an element a kernel forgets to write cannot pass
-    # by luck. warn_only: ops without a deterministic variant still run.
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    from grader.trust import poison_fresh_memory
+    poison_fresh_memory()  # an element a kernel forgets to write reads NaN
     import grader.seam  # noqa: F401  (the sharing strategy, before any tensor crosses)
     Runner(args, conn, attempts, state).serve()
     return 0

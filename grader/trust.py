@@ -122,6 +122,19 @@ def side_stream(observed: dict, *, what: str) -> str | None:
 
 # --- the repository stays as it was ------------------------------------------------------------
 
+def poison_fresh_memory(on: bool = True) -> None:
+    """Fresh allocations (torch.empty, at::empty) come back NaN-filled (INT_MAX for integers),
+    so an element a kernel forgets to write cannot pass by luck; off for timing (the fill is a
+    full extra write pass). This is torch.use_deterministic_algorithms(on, warn_only=True)
+    without its one other effect, Inductor's `deterministic` setting: setting that imports
+    torch._inductor (and dynamo), ~2 s at the start of every judge and submission process,
+    for a setting only compiled code would read. warn_only: ops without a deterministic
+    variant still run."""
+    import torch
+    torch._C._set_deterministic_algorithms(on, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = on
+
+
 def landlock_available() -> bool:
     """Can a process here make the file system read-only for itself (grader.runner.sandbox)?"""
     try:

@@ -44,7 +44,15 @@ grade=($PY -m grader grade --exercise "$EX" --submission "$tree")
 row "cold, checks only" "${grade[@]}" --no-bench
 row "warm, checks only" "${grade[@]}" --no-bench
 edit
-row "one-line edit, checks only" "${grade[@]}" --no-bench
+row "one-line edit, checks only" "${grade[@]}" --no-bench --junit "$tree/junit.xml"
+# where those seconds went: the checks' own times (JUnit time=), the rest is process starts,
+# the build and pytest's collection
+$PY - "$tree/junit.xml" <<'PYEOF'
+import sys, xml.etree.ElementTree as ET
+cases = [(float(c.get("time") or 0), c.get("name")) for c in ET.parse(sys.argv[1]).iter("testcase")]
+print(f"  {len(cases)} checks, {sum(t for t, _ in cases):.1f} s in the checks themselves; slowest: "
+      + ", ".join(f"{n} {t:.1f} s" for t, n in sorted(cases, reverse=True)[:4]))
+PYEOF
 if [ "$gpu" != "no GPU" ]; then
   GRADER_QUICK=1 "${grade[@]}" > /dev/null 2>&1  # fills the QUICK baseline cache (not timed)
   edit
