@@ -53,7 +53,7 @@ cases = [(float(c.get("time") or 0), c.get("name")) for c in ET.parse(sys.argv[1
 print(f"  {len(cases)} checks, {sum(t for t, _ in cases):.1f} s in the checks themselves; slowest: "
       + ", ".join(f"{n} {t:.1f} s" for t, n in sorted(cases, reverse=True)[:4]))
 PYEOF
-if [ "$gpu" != "no GPU" ]; then
+if [ "$gpu" != "no GPU" ] && [ "${LOOP_TIMING:-1}" != 0 ]; then  # LOOP_TIMING=0: checks only
   GRADER_QUICK=1 "${grade[@]}" > /dev/null 2>&1  # fills the QUICK baseline cache (not timed)
   edit
   row "one-line edit, QUICK=1 with timing" env GRADER_QUICK=1 "${grade[@]}"

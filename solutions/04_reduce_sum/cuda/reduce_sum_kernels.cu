@@ -10,8 +10,9 @@
 //                          instead of common.cuh's course::block_sum: it is what this exercise
 //                          teaches. (common.cuh is included for Vec, kVec16, ceil_div, num_sms and
 //                          the CUDA_CHECK macros.)
-//   partial_sums_kernel    stage 1: block b sums its chunk of its row with 16-byte loads and
-//                          kUnroll independent accumulators, and writes ONE value
+//   partial_sums_kernel    stage 1: block b sums its share of its row (interleaved tiles: see
+//                          the kernel) with 16-byte loads and kUnroll independent
+//                          accumulators, and writes ONE value
 //   finish_kernel          stage 2: one block per row adds that row's partials in a fixed order
 //   splits_for, sum_rows   the launch plan and the launches
 //
@@ -31,11 +32,13 @@
 //
 // Bytes in flight (Little's law): ~4.3 TB/s * ~0.8 us of latency = ~3.4 MB, ~26 KB per SM of the
 // 132. Each thread here has kUnroll = 4 loads of 16 B outstanding; at 4 blocks of 256 threads per
-// SM that is 64 KB per SM: enough, with room to spare. Long chunks (the flat sum: ~500 vectors
-// per thread) take kUnrollDeep = 8: 128 KB per SM, and each block streams 32 KB contiguous per
-// trip. Measured with 4 (H200, 2026-11-22): 266 us = 0.918 of the read ceiling, where torch.sum
-// takes 259 us; 8 is the first lever to try for the missing 2-3% (ptxas, sm_90: 36-48
-// registers a thread, no spills; 4 blocks of 256 threads still fit an SM's 64K registers).
+// SM that is 64 KB per SM: enough, with room to spare. Long shares (the flat sum: ~500 vectors
+// per thread) take kUnrollDeep = 8: 128 KB per SM, and each block reads a 32 KB tile per trip.
+// Measured with 4 (H200, 2026-11-22): 266 us = 0.918 of the read ceiling, where torch.sum took
+// 259 us; with 8, 257.8 (93.6%) against 255.5 (H200, 2026-11-24). The rest was the order the
+// blocks read in (see partial_sums_kernel): on an H100, 389.8 us (89.5%) with one contiguous
+// chunk per block, 361.6 (96.5%) interleaved, torch.sum 362.9 (ptxas, sm_90: 36-48 registers a
+// thread, no spills; 4 blocks of 256 threads still fit an SM's 64K registers).
 
 #include "common.cuh"
 #include "reduce_sum.h"
@@ -47,7 +50,7 @@ namespace {
 
 constexpr int kThreads = 256;     // threads per block: 8 warps
 constexpr int kUnroll = 4;        // 16-byte loads in flight per thread, one accumulator each
-constexpr int kUnrollDeep = 8;    // the same, for chunks of at least kDeepFrom vectors a thread
+constexpr int kUnrollDeep = 8;    // the same, for shares of at least kDeepFrom vectors a thread
 constexpr int64_t kDeepFrom = 64; // (the flat sum); short rows keep 4 (fewer leftovers)
 constexpr int kBlocksPerSm = 4;   // 1024 threads per SM: enough loads in flight (see above)
 
@@ -82,50 +85,63 @@ __device__ __forceinline__ A block_reduce_sum(A v, A* smem) {
   return v;
 }
 
-// Stage 1. Block b works on row b / splits, columns [chunk * (b % splits), + chunk), and writes
-// the sum of that piece to dst[b]. kVec elements are read as one 16-byte load (kVec = 1: one
-// element at a time, for pointers that are not 16-byte aligned). Every index is int64: a row or a
-// tensor passes 2^31 elements (4 GiB of bf16), and an int index would wrap around.
+// Stage 1. The `splits` blocks of row b / splits sum it together and each writes the sum of its
+// share to dst[b]. kVec elements are read as one 16-byte load (kVec = 1: one element at a time,
+// for pointers that are not 16-byte aligned). Every index is int64: a row or a tensor passes
+// 2^31 elements (4 GiB of bf16), and an int index would wrap around.
 // kUnroll: the loads in flight a thread (the launcher picks kUnroll or kUnrollDeep).
+//
+// Which block reads what: the row is cut into tiles of kUnroll * kThreads vectors, and block s
+// of the row takes tiles s, s + splits, s + 2 splits, ... So all the blocks of a row sweep it
+// together, side by side, from its start to its end, and all finish together. The first version
+// gave each block one contiguous chunk of the row instead (2 MB each for the flat sum): 528
+// streams far apart in memory, 389.8 us against torch.sum's 362.9 on an H100; interleaved,
+// 361.6 (results/experiments/04_variants.py, 2026-11-25). Both orders are fixed, so both give
+// the same bits on every call.
 template <typename T, int kVec, int kUnroll>
 __global__ void __launch_bounds__(kThreads)
-partial_sums_kernel(const T* __restrict__ x, int64_t cols, int64_t chunk, int splits,
+partial_sums_kernel(const T* __restrict__ x, int64_t cols, int splits,
                     typename Out<T>::type* __restrict__ dst) {
   using A = typename Out<T>::type;  // the accumulator: float for 16-bit inputs (see README)
   __shared__ A smem[kThreads];
   const int64_t row = blockIdx.x / splits;
-  const int64_t begin = (blockIdx.x % splits) * chunk;  // a multiple of kVec (see sum_rows)
-  const int64_t end = begin + chunk < cols ? begin + chunk : cols;
-  const int64_t len = end - begin;  // <= 0 for a block past the end of a short row
-  const T* p = x + row * cols + begin;
+  const int64_t s = blockIdx.x % splits;  // this block's turn among the row's blocks
+  const T* p = x + row * cols;            // 16-byte aligned on the vector path (see sum_rows)
 
   using V = course::Vec<T, kVec>;
   const V* pv = reinterpret_cast<const V*>(p);
-  const int64_t nvec = len > 0 ? len / kVec : 0;
+  const int64_t nvec = cols / kVec;
   A acc[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) acc[u] = A(0);
 
-  // kUnroll vectors a trip, kThreads apart so a warp reads 512 contiguous bytes per load; the
-  // loads are independent, so all kUnroll are in flight before the first add waits on one.
-  int64_t i = threadIdx.x;
-  for (; i + (kUnroll - 1) * kThreads < nvec; i += kUnroll * kThreads) {
+  // A tile a trip: kUnroll vectors a thread, kThreads apart so a warp reads 512 contiguous bytes
+  // per load; the loads are independent, so all kUnroll are in flight before the first add
+  // waits on one.
+  constexpr int64_t kTile = int64_t(kUnroll) * kThreads;
+  const int64_t full = nvec / kTile;  // whole tiles in the row
+  for (int64_t t = s; t < full; t += splits) {
+    const V* q = pv + t * kTile + threadIdx.x;
     V v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = pv[i + u * kThreads];
+    for (int u = 0; u < kUnroll; ++u) v[u] = q[u * kThreads];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) acc[u] += widen(v[u].v[k]);
     }
   }
-  for (; i < nvec; i += kThreads) {  // fewer than kUnroll vectors left for this thread
-    const V v = pv[i];
+  // the part of a tile at the end goes to the block whose turn it would be, a vector at a time
+  if (s == full % splits) {
+    for (int64_t i = full * kTile + threadIdx.x; i < nvec; i += kThreads) {
+      const V v = pv[i];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) acc[0] += widen(v.v[k]);
+      for (int k = 0; k < kVec; ++k) acc[0] += widen(v.v[k]);
+    }
   }
-  // the last len % kVec elements (only the last chunk of a row has any)
-  for (int64_t j = nvec * kVec + threadIdx.x; j < len; j += kThreads) acc[0] += widen(p[j]);
+  // the last cols % kVec elements, to the row's last block
+  if (s == splits - 1)
+    for (int64_t j = nvec * kVec + threadIdx.x; j < cols; j += kThreads) acc[0] += widen(p[j]);
 
 #pragma unroll
   for (int w = kUnroll / 2; w > 0; w /= 2) {  // a fixed tree over the accumulators
@@ -152,7 +168,7 @@ finish_kernel(const A* __restrict__ partials, int splits, A* __restrict__ out) {
 template <typename T>
 bool vector_path(const T* x, int64_t rows, int64_t cols) {
   // every row must start on a 16-byte boundary: x itself, and a row length of whole vectors
-  // (a single row needs only x aligned: its chunks are whole vectors from x)
+  // (a single row needs only x aligned)
   constexpr int kVec = course::kVec16<T>;
   return course::aligned_for<T, kVec>(x) && (rows == 1 || cols % kVec == 0);
 }
@@ -178,18 +194,17 @@ void sum_rows(const T* x, int64_t rows, int64_t cols, int splits,
   typename Out<T>::type* dst = splits == 1 ? out : partials;  // one value per block
   const bool vec = vector_path(x, rows, cols);
   const int kv = vec ? course::kVec16<T> : 1;
-  // elements per block: a share of the row, rounded up to whole vectors so that every chunk
-  // starts 16-byte aligned; the blocks together cover the whole row (the last may get less)
-  const int64_t chunk = course::ceil_div(course::ceil_div(cols, splits), kv) * kv;
-  if (vec && chunk / kv >= kDeepFrom * kThreads) {  // long chunks: 8 loads in flight a thread
+  // each block's share of its row, in vectors: long shares get 8 loads in flight a thread
+  const int64_t share = course::ceil_div(course::ceil_div(cols, kv), splits);
+  if (vec && share >= kDeepFrom * kThreads) {
     partial_sums_kernel<T, course::kVec16<T>, kUnrollDeep>
-        <<<unsigned(blocks), kThreads, 0, stream>>>(x, cols, chunk, splits, dst);
+        <<<unsigned(blocks), kThreads, 0, stream>>>(x, cols, splits, dst);
   } else if (vec) {
     partial_sums_kernel<T, course::kVec16<T>, kUnroll>
-        <<<unsigned(blocks), kThreads, 0, stream>>>(x, cols, chunk, splits, dst);
+        <<<unsigned(blocks), kThreads, 0, stream>>>(x, cols, splits, dst);
   } else {
     partial_sums_kernel<T, 1, kUnroll>
-        <<<unsigned(blocks), kThreads, 0, stream>>>(x, cols, chunk, splits, dst);
+        <<<unsigned(blocks), kThreads, 0, stream>>>(x, cols, splits, dst);
   }
   CUDA_LAUNCH_CHECK();
   if (splits > 1) {

@@ -28,6 +28,16 @@ Measured on an H200, 2026-11-22 (results/gpu-2026-11-22/first-kernels.txt), forw
 one Philox call per 8 elements (HALF_WORDS, the default), 176.4 us (71.8%; forward+backward
 496.9 us; results/experiments/10_first_kernel.py, 2026-11-22). Still compute-bound: ~10 integer
 instructions per element for the numbers alone, on top of the LayerNorm.
+Since then (2026-11-25, the `sol+proposal` variant of results/experiments/10_variants.py), fewer
+instructions per element: the keep test as an integer compare u16 >= T, T = ceil(65536 p - 1/2)
+once per program (the same decision as before for every u16 and every p: tested exhaustively),
+so no int->float conversion per element; the dropped value as `p * 0.0`; no column masks when
+N == BLOCK (EVEN, the graded 4096); the forward at 4 warps for 4096 columns (32 elements per
+thread, not 16); the backward's two row sums in one reduction, the scale folded into w. sm_90
+SASS of (32768, 4096) bf16 from Triton 3.8's ptxas, compiled on a CPU machine (no GPU run):
+forward 496 -> 772 instructions per thread for 16 -> 32 elements, 31.0 -> 24.1 per element
+(I2F 16 -> 0; registers 48 -> 96); backward row loop 505 -> 448 per row per thread, 31.6 -> 28.0
+per element (I2F 16 -> 0; registers 115 -> 110). GPU time of this version: pending.
 
 Which element gets which number (any rule works as long as it depends on (seed, row, column)
 only, never on the launch): row r has Q = ceil(N / 4) counters r*Q .. r*Q + Q-1; counter
@@ -58,6 +68,7 @@ HALF_WORDS = True       # 16-bit uniforms, two per 32-bit word, one Philox call 
                         # elements; p then counts in steps of 2^-16 (the drop probability is
                         # round(p * 65536) / 65536, within 7.6e-6 of p). H200, 2026-11-22:
                         # forward 176.4 us (71.8% of copy) vs 224.0 us with 32-bit uniforms
+BWD_STAGES = 1          # > 1: the backward's row loop prefetches x, dy (cp.async)
 PROGRAMS_PER_SM = 4     # backward programs per SM (persistent: each loops over several rows)
 CPU_PROGRAMS = 4        # on the interpreter: a few programs, so the row loop is exercised
 
@@ -76,8 +87,14 @@ def _keep(seed, row, start, N, p, BLOCK: tl.constexpr, FOUR: tl.constexpr,
         words = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), [BLOCK // 2])  # 4j + i
         u16 = tl.reshape(tl.join(words & 0xFFFF, (words >> 16) & 0xFFFF), [BLOCK])
         # drop when u16 + 1/2 < 65536 p (exact in float32): round(65536 p) of the 65536 values,
-        # probability within 2^-17 of p; p = 0 drops none, p = 1 all
-        keep = u16.to(tl.float32) + 0.5 >= p * 65536.0
+        # probability within 2^-17 of p; p = 0 drops none, p = 1 all. Compared as integers, with
+        # no int->float conversion per element: u16 + 1/2 >= P <=> u16 >= T = ceil(P - 1/2),
+        # P = p * 65536 (exact in float32; so is P - 1/2 when P >= 1/2, and when P < 1/2 the
+        # ceil is 0 = T either way): the same keep/drop decision for every u16 and every p
+        # (the cast: a no-op on the GPU, where p arrives as float32; the interpreter passes
+        # a Python float, which must be rounded to float32 first, as the GPU's launcher does)
+        t = tl.math.ceil(tl.cast(p, tl.float32) * 65536.0 - 0.5).to(tl.uint32)   # 0 .. 65536
+        keep = u16 >= t
     elif FOUR:
         q = (N + 3) // 4                                  # counters per row
         j = row * q + start // 4 + tl.arange(0, BLOCK // 4)
@@ -97,10 +114,15 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr,      # x, y: [M, N]; w, b: [N]
                 N, eps, p, seed,
                 scale_hi, scale_lo,              # 1/(1-p) = hi + lo (two floats: fp64 exact)
                 BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, F64: tl.constexpr,
-                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr, HALF: tl.constexpr):
+                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr, HALF: tl.constexpr,
+                EVEN: tl.constexpr = False):             # N == BLOCK: no column masks
     # math in float32 (float64 for float64 inputs): convert every load before any arithmetic
     acc_ty = tl.float64 if F64 else tl.float32
     scale = tl.cast(scale_hi, acc_ty) + tl.cast(scale_lo, acc_ty)
+    # the dropped value, +0 (p is finite), as a value the compiler cannot see: with the literal
+    # 0.0 and an integer keep, LLVM moves the select below the rounding to y's dtype and picks
+    # 16-bit halves with byte permutes (sm_90 SASS: ~1.2 instructions per element more)
+    zero = p * 0.0
     row = tl.program_id(0).to(tl.int64)          # int64: row * N passes 2^31 on big inputs
     x_row = x_ptr + row * N
     y_row = y_ptr + row * N
@@ -108,16 +130,28 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr,      # x, y: [M, N]; w, b: [N]
     if ONE_BLOCK:
         # the row stays in registers: 2 bytes in, 2 bytes out per element (bf16)
         mask = cols < N
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(acc_ty)
+        if EVEN:   # no masks: ~2 SASS instructions per element fewer (FSEL, predicates)
+            x = tl.load(x_row + cols).to(acc_ty)
+        else:
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(acc_ty)
         mean = tl.sum(x, axis=0) / N
-        xc = tl.where(mask, x - mean, 0.0)       # two passes over registers: no E[x^2]-E[x]^2
+        xc = x - mean                            # two passes over registers: no E[x^2]-E[x]^2
+        if not EVEN:
+            xc = tl.where(mask, xc, 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(acc_ty)
-        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(acc_ty)
+        if EVEN:
+            w = tl.load(w_ptr + cols).to(acc_ty)
+            b = tl.load(b_ptr + cols).to(acc_ty)
+        else:
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(acc_ty)
+            b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(acc_ty)
         z = xc * rstd * w + b
         keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS, HALF)
-        tl.store(y_row + cols, tl.where(keep, z * scale, 0.0).to(y_ptr.dtype.element_ty),
-                 mask=mask)
+        y = tl.where(keep, z * scale, zero).to(y_ptr.dtype.element_ty)
+        if EVEN:
+            tl.store(y_row + cols, y)
+        else:
+            tl.store(y_row + cols, y, mask=mask)
     else:
         # a row longer than a block: mean, then the centred sum of squares, then the output
         acc = tl.zeros([BLOCK], dtype=acc_ty)
@@ -140,10 +174,15 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr,      # x, y: [M, N]; w, b: [N]
             b = tl.load(b_ptr + c, mask=mask, other=0.0).to(acc_ty)
             z = (x - mean) * rstd * w + b
             keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS, HALF)
-            tl.store(y_row + c, tl.where(keep, z * scale, 0.0).to(y_ptr.dtype.element_ty),
+            tl.store(y_row + c, tl.where(keep, z * scale, zero).to(y_ptr.dtype.element_ty),
                      mask=mask)
     tl.store(mean_ptr + row, mean)
     tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def _add2(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
 
 
 @triton.jit
@@ -152,7 +191,9 @@ def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: 
                 M, N, p, seed, scale_hi, scale_lo,
                 BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, F64: tl.constexpr,
                 WANT_DWB: tl.constexpr,                    # dw or db asked for
-                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr, HALF: tl.constexpr):
+                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr, HALF: tl.constexpr,
+                EVEN: tl.constexpr = False,                # N == BLOCK: no column masks
+                STAGES: tl.constexpr = 1):                 # > 1: the row loop's loads pipelined
     # Persistent: program p takes rows p, p + P, p + 2P, ... and sums its rows' g * xhat and g
     # into its own partial rows of dw and db: no atomics, and the same sums every run.
     acc_ty = tl.float64 if F64 else tl.float32
@@ -164,28 +205,41 @@ def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: 
     cols = tl.arange(0, BLOCK)
     if ONE_BLOCK:
         mask = cols < N
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(acc_ty)   # once per program
-        dw = tl.zeros([BLOCK], dtype=acc_ty)
+        if EVEN:
+            ws = tl.load(w_ptr + cols).to(acc_ty) * scale              # once per program
+        else:
+            ws = tl.load(w_ptr + cols, mask=mask, other=0.0).to(acc_ty) * scale
+        dw = tl.zeros([BLOCK], dtype=acc_ty)     # sums of g * xhat / scale and g / scale
         db = tl.zeros([BLOCK], dtype=acc_ty)
-        for row in range(pid.to(tl.int64), M, nprog):
-            x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(acc_ty)
-            dy = tl.load(dy_ptr + row * N + cols, mask=mask, other=0.0).to(acc_ty)
+        for row in tl.range(pid.to(tl.int64), M, nprog, num_stages=STAGES):
+            if EVEN:
+                x = tl.load(x_ptr + row * N + cols).to(acc_ty)
+                dy = tl.load(dy_ptr + row * N + cols).to(acc_ty)
+            else:
+                x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(acc_ty)
+                dy = tl.load(dy_ptr + row * N + cols, mask=mask, other=0.0).to(acc_ty)
             mean = tl.load(mean_ptr + row)
             rstd = tl.load(rstd_ptr + row)
-            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+            xhat = (x - mean) * rstd
+            if not EVEN:
+                xhat = tl.where(mask, xhat, 0.0)
             keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS, HALF)   # regenerated, not loaded
-            g = tl.where(keep, dy * scale, 0.0)
-            wg = w * g
-            c1 = tl.sum(xhat * wg, axis=0) / N
-            c2 = tl.sum(wg, axis=0) / N
+            gs = tl.where(keep, dy, 0.0)         # g / scale (the scale is in ws)
+            wg = ws * gs
+            s1, s2 = tl.reduce((xhat * wg, wg), 0, _add2)   # both row sums, one reduction
+            c1 = s1 / N
+            c2 = s2 / N
             dx = (wg - c2 - xhat * c1) * rstd
-            tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+            if EVEN:
+                tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty))
+            else:
+                tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
             if WANT_DWB:
-                dw += g * xhat
-                db += g
+                dw += gs * xhat
+                db += gs
         if WANT_DWB:
-            tl.store(dw_part + cols, dw, mask=mask)
-            tl.store(db_part + cols, db, mask=mask)
+            tl.store(dw_part + cols, dw * scale, mask=mask)
+            tl.store(db_part + cols, db * scale, mask=mask)
     else:
         # A row longer than a block: the partial rows are the accumulators (this program's own
         # memory), and each row takes two passes: the two row sums, then dx.
@@ -248,8 +302,15 @@ def _sum_partials_kernel(part_ptr, dw_ptr, db_ptr,   # partials [2, P, N] -> dw,
 # --- launchers -----------------------------------------------------------------------------
 
 def _num_warps(block: int) -> int:
-    # ~16 elements per thread: 4096 columns -> 8 warps, 8192 and up -> 16
+    # the backward: ~16 elements per thread: 4096 columns -> 8 warps, 8192 and up -> 16
     return 16 if block >= 8192 else 8 if block >= 2048 else 4
+
+
+def _fwd_num_warps(block: int) -> int:
+    # the forward: ~32 elements per thread (4096 columns -> 4 warps), not 16: the fixed work
+    # of a thread (addresses, Philox's key schedule, the reductions, 1/sqrt: ~125 SASS
+    # instructions) is then shared by twice the elements (sm_90 SASS per element: ~29 -> ~24)
+    return max(4, block // 1024)
 
 
 def _block(n: int, max_block: int) -> tuple[int, bool]:
@@ -305,11 +366,11 @@ def _forward(x, w, b, p, seed, eps):
         return x, y, mean, rstd
     block, one_block = _block(N, MAX_FWD_BLOCK)
     hi, lo = _scale(p)
-    # one program per row: 32768 programs of 8 warps for the headline case, the row in registers
+    # one program per row: 32768 programs of 4 warps for the headline case, the row in registers
     _fwd_kernel[(M,)](x, w, b, y, mean, rstd, N, eps, p, seed, hi, lo,
                       BLOCK=block, ONE_BLOCK=one_block, F64=x.dtype == torch.float64,
                       FOUR=FOUR_PER_CALL, N_ROUNDS=N_ROUNDS, HALF=HALF_WORDS,
-                      num_warps=_num_warps(block))
+                      EVEN=one_block and N == block, num_warps=_fwd_num_warps(block))
     return x, y, mean, rstd
 
 
@@ -338,7 +399,8 @@ def _backward(dy, x, w, mean, rstd, p, seed, want_dwb):
     _bwd_kernel[(programs,)](dy, x, w, mean, rstd, dx, partials, M, N, p, seed, hi, lo,
                              BLOCK=block, ONE_BLOCK=one_block, F64=x.dtype == torch.float64,
                              WANT_DWB=want_dwb, FOUR=FOUR_PER_CALL, N_ROUNDS=N_ROUNDS,
-                             HALF=HALF_WORDS, num_warps=_num_warps(block))
+                             HALF=HALF_WORDS, EVEN=one_block and N == block,
+                             STAGES=BWD_STAGES, num_warps=_num_warps(block))
     if want_dwb:
         sum_block = 256
         _sum_partials_kernel[(triton.cdiv(N, sum_block), 2)](partials, dw, db, programs, N,
