@@ -53,7 +53,9 @@ def pytest_configure(config):
     from grader.trust import poison_fresh_memory
     poison_fresh_memory()  # an unwritten element reads NaN
     from hypothesis import HealthCheck, Phase, settings
-    common = dict(deadline=None, print_blob=True,
+    # database=None: no example database. A verdict must not depend on what earlier grades (of
+    # other submissions, in the same folder) failed on; a failure is rerun by its REPRO blob.
+    common = dict(deadline=None, print_blob=True, database=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                          HealthCheck.differing_executors])
     settings.register_profile("grader-gpu", max_examples=30, **common)
@@ -62,7 +64,7 @@ def pytest_configure(config):
     no_shrink = [Phase.explicit, Phase.reuse, Phase.generate]
     settings.register_profile("grader-cpu", max_examples=12, phases=no_shrink, **common)
     # CI: the same examples every run, so a red CI is a real bug and never noise
-    settings.register_profile("grader-ci", max_examples=6, derandomize=True, database=None,
+    settings.register_profile("grader-ci", max_examples=6, derandomize=True,
                               phases=no_shrink, **common)
     # QUICK=1 (make exercise-NN QUICK=1): a few examples per property check, for the edit loop
     settings.register_profile("grader-quick", max_examples=3, phases=no_shrink, **common)

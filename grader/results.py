@@ -145,7 +145,7 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
         if kind == "worker":
             result.gpu = e.get("gpu")
         elif kind == "build":
-            result.build = {k: v for k, v in e.items() if k != "event"}
+            result.build = {k: v for k, v in e.items() if k not in ("event", "t")}
         elif kind == "collected":
             checks = {t["id"]: Check(t["name"], t["category"], "not run") for t in e["tests"]}
         elif kind == "start":
@@ -174,11 +174,11 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
             ended = e.get("reason", "")
             log = e.get("log", "") or log
         elif kind == "sanitizer":
-            result.sanitizer = {k: v for k, v in e.items() if k != "event"}
+            result.sanitizer = {k: v for k, v in e.items() if k not in ("event", "t")}
         elif kind == "tampering":
             result.tampering += [p for p in e.get("paths", []) if p not in result.tampering]
         elif kind == "performance":
-            result.performance = {k: v for k, v in e.items() if k != "event"}
+            result.performance = {k: v for k, v in e.items() if k not in ("event", "t")}
         elif kind == "done":
             finished = True
     result.ended = ended or ("" if finished else (describe_exit(returncode, timed_out, log)

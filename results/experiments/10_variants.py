@@ -1,5 +1,9 @@
 """Exercise 10 (layernorm_dropout): where the forward's time goes, by variants of its kernels.
 
+Written against the solution as it was before commit 0232ff2, which adopted its `sol+proposal`
+variant: its text edits apply to that file (git show 0232ff2^:solutions/10_layernorm_dropout/
+triton/layernorm_dropout.py), not to today's, where they are already made.
+
     python3 results/experiments/10_variants.py --out results/gpu-DATE/10-variants  (repo root, GPU:
                                                   ~2-2.5 min; new variants stop at --budget-s 165)
     TRITON_INTERPRET=1 python3 results/experiments/10_variants.py --selftest     (CPU, ~7 min)

@@ -6,7 +6,7 @@ inputs and with the grader's helper (grader.timing.time_fn: do_bench with an L2 
 every repetition, median; one process, but for the warp-specialized family):
 
     baselines   torch.addmm (cuBLAS, no act), F.linear + relu, the solution (its autotuner)
-    ptr         the solution's own kernel (solutions/.../matmul_tc.py) at fixed configs, one
+    ptr         the solution's own kernel (solutions/12_matmul_tc/triton/matmul_tc.py) at fixed configs, one
                 by one, no autotune: which configs its list should hold
     tma-persist TMA loads and stores through host-side descriptors
                 (triton.tools.tensor_descriptor.TensorDescriptor) in a persistent grid: one
