@@ -49,6 +49,37 @@ def _configs():
 
 
 @triton.jit
+def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    # Grouped ("super-grouped") tile order: consecutive programs take GROUP_M row-tiles of one
+    # column band before moving right, so a band of B (and GROUP_M bands of A) stay in L2 while
+    # they are reused, instead of sweeping all of A for every column of tiles.
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _bias_act(acc, bias_ptr, offs_n, stride_bias, N, ACT: tl.constexpr):
+    # The fused epilogue, in fp32 registers: bias, then the activation (the caller casts once).
+    bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0).to(tl.float32)
+    acc = acc + bias[None, :]
+    if ACT == 1:
+        acc = tl.maximum(acc, 0.0)
+    elif ACT == 2:
+        # gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + exp(-2u)),
+        # u = sqrt(2/pi) (x + 0.044715 x^3); finite for every x (exp(-2u) = inf gives -0)
+        u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+        acc = acc / (1.0 + tl.exp(-2.0 * u))
+    return acc
+
+
+@triton.jit
 def _matmul_act_kernel(a_ptr, b_ptr, bias_ptr, c_ptr,   # A [M, K], B [K, N], bias [N], C [M, N]
                        M, N, K,
                        stride_am, stride_ak,            # any strides: views need no copy
@@ -59,18 +90,7 @@ def _matmul_act_kernel(a_ptr, b_ptr, bias_ptr, c_ptr,   # A [M, K], B [K, N], bi
                        EVEN_K: tl.constexpr,            # K % BLOCK_K == 0: no K mask needed
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        GROUP_M: tl.constexpr):
-    # Grouped ("super-grouped") tile order: consecutive programs take GROUP_M row-tiles of one
-    # column band before moving right, so a band of B (and GROUP_M bands of A) stay in L2 while
-    # they are reused, instead of sweeping all of A for every column of tiles.
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     # Rows and columns past M / N wrap around (% M): the loads need no mask, the extra rows are
     # computed on valid data and never stored.
@@ -96,17 +116,8 @@ def _matmul_act_kernel(a_ptr, b_ptr, bias_ptr, c_ptr,   # A [M, K], B [K, N], bi
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
-    # The fused epilogue, in fp32 registers: bias, then the activation, then one cast and store.
-    bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0).to(tl.float32)
-    acc = acc + bias[None, :]
-    if ACT == 1:
-        acc = tl.maximum(acc, 0.0)
-    elif ACT == 2:
-        # gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + exp(-2u)),
-        # u = sqrt(2/pi) (x + 0.044715 x^3); finite for every x (exp(-2u) = inf gives -0)
-        u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
-        acc = acc / (1.0 + tl.exp(-2.0 * u))
-    c = acc.to(c_ptr.dtype.element_ty)
+    acc = _bias_act(acc, bias_ptr, offs_n, stride_bias, N, ACT)  # the fused epilogue
+    c = acc.to(c_ptr.dtype.element_ty)  # one cast, one store
     c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
@@ -126,15 +137,7 @@ def _matmul_act_tma_kernel(a_desc, b_desc, c_desc,       # TMA descriptors of A,
     # the copy engine (TMA): one instruction moves a whole [BLOCK_M, BLOCK_K] box into shared
     # memory, with no address arithmetic in the threads, and reads past M, N or K as zeros (so
     # no masks); C's tile goes out the same way, clipped at M and N.
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
 
@@ -144,14 +147,7 @@ def _matmul_act_tma_kernel(a_desc, b_desc, c_desc,       # TMA descriptors of A,
         b = b_desc.load([k * BLOCK_K, off_n])
         acc = tl.dot(a, b, acc)
 
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0).to(tl.float32)
-    acc = acc + bias[None, :]
-    if ACT == 1:
-        acc = tl.maximum(acc, 0.0)
-    elif ACT == 2:
-        u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
-        acc = acc / (1.0 + tl.exp(-2.0 * u))
+    acc = _bias_act(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), stride_bias, N, ACT)
     c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
 
 
