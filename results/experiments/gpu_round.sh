@@ -13,9 +13,13 @@
 #   regrade     the same again, warm (build caches and compiled baselines kept)
 #   grade:NN,MM the named exercises only (warm or cold, as the caches are)
 #   loop        results/experiments/loop_figures.sh 02 and 06 (the learner's edit loop)
+#   loop:NN     the same for one exercise's CUDA track, its workers' logs kept
+#   gputest:NN,MM  the GPU-only tests of tests/test_exNN_*.py, ...
+#   ncu12stalls where 12's CUTLASS kernel and cuBLAS's wait (ncu warp-state, scheduler sections)
 #   knownbad    the GPU known-bad variants of the exercises' tests (pytest -m gpu tests/test_ex*)
 #   gpu-tests   every GPU-only test of the suite (pytest -m gpu tests)
 #   ship        results/experiments/ship_demo.sh (AOT build, SANITIZE=racecheck, a batch of 23)
+#   batch       only the batch of 23 of ship_demo.sh (python -m grader batch, checks of 01)
 #   why09       results/experiments/09_why_slower.py, then its --ncu run under Nsight Compute
 #   ncu12       results/experiments/12_ncu.py and its --ncu run
 #   bench:NN,MM make bench EXERCISE=NN,MM REPEATS=5 into results/bench (the other rows kept)
@@ -55,9 +59,22 @@ for s in "$@"; do
       stage "grade-${s#grade:}" python3 -m grader grade --impl solutions --exercise "${s#grade:}" --json "$LOGS/grade-${s#grade:}.json"
       grep -E "^[0-9]{2} |^total" "$LOGS/grade-${s#grade:}.txt" >> "$LOGS/summary.txt" ;;
     loop)
-      stage loop-02 bash results/experiments/loop_figures.sh 02 cuda scale_kernels.cu
+      LOOP_KEEP="$LOGS/loop-02-workers" stage loop-02 bash results/experiments/loop_figures.sh 02 cuda scale_kernels.cu
       stage loop-06 bash results/experiments/loop_figures.sh 06 cuda rmsnorm_kernels.cu
       cat "$LOGS/loop-02.txt" "$LOGS/loop-06.txt" >> "$LOGS/summary.txt" ;;
+    loop:*)  # loop:02 — one exercise's CUDA loop, its workers' logs kept
+      ex=${s#loop:}; kf=$(ls solutions/${ex}_*/cuda/*_kernels.cu | head -1)
+      LOOP_KEEP="$LOGS/loop-$ex-workers" stage "loop-$ex" bash results/experiments/loop_figures.sh "$ex" cuda "$(basename "$kf")"
+      cat "$LOGS/loop-$ex.txt" >> "$LOGS/summary.txt" ;;
+    gputest:*)  # gputest:04,12 — the GPU-only tests of those exercises' test files
+      files=$(echo ${s#gputest:} | tr , '\n' | sed 's|^|tests/test_ex|; s|$|_*.py|')
+      stage "gputest-${s#gputest:}" python3 -m pytest -m gpu -q -p no:cacheprovider $files
+      tail -3 "$LOGS/gputest-${s#gputest:}.txt" >> "$LOGS/summary.txt" ;;
+    ncu12stalls)  # where the CUTLASS and cuBLAS GEMM warps wait, side by side
+      stage ncu12stalls ncu --clock-control none -k regex:'device_kernel|nvjet' --launch-count 2 \
+        --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis python3 results/experiments/12_ncu.py --ncu
+      grep -E "device_kernel|nvjet|Stall|Issued|Eligible|Active Warps|Warp Cycles|Pipe|L2 Hit|Mem Busy" "$LOGS/ncu12stalls.txt" | cut -c1-160 >> "$LOGS/summary.txt" ;;
     knownbad)
       stage knownbad python3 -m pytest -m gpu -n 6 -q -p no:cacheprovider tests/test_ex04_reduce_sum.py tests/test_ex07_layernorm.py tests/test_ex08_add_rmsnorm.py tests/test_ex09_rmsnorm_quant.py tests/test_ex10_layernorm_dropout.py tests/test_ex11_tiled_matmul.py tests/test_ex12_matmul_tc.py
       tail -5 "$LOGS/knownbad.txt" >> "$LOGS/summary.txt" ;;
@@ -67,6 +84,9 @@ for s in "$@"; do
     ship)
       stage ship bash results/experiments/ship_demo.sh "$LOGS/ship"
       cat "$LOGS/ship/summary.txt" >> "$LOGS/summary.txt" 2>/dev/null ;;
+    batch)
+      stage batch env GRADER_BATCH_OUT="$LOGS/batch" python3 -m pytest tests/test_batch.py -m gpu -s -q -p no:cacheprovider
+      grep -E "wall time|passed|failed" "$LOGS/batch.txt" | tail -4 >> "$LOGS/summary.txt" ;;
     why09)
       stage why09 python3 results/experiments/09_why_slower.py
       stage why09-ncu ncu --clock-control none -k regex:rmsnorm_quant --launch-skip 4 --launch-count 2 \

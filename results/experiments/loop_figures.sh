@@ -14,7 +14,8 @@
 #   QUICK     with timing, QUICK=1 (3 examples per property check; the baselines' times cached
 #             per device and case: the first QUICK run fills that cache, so it is run once
 #             before the measured one), after another one-line edit
-# Prints one line per row: wall seconds, and the scorecard's "built N s".
+# Prints one line per row: wall seconds, and the scorecard's "built N s". LOOP_KEEP=DIR keeps
+# each row's worker logs (GRADER_KEEP_LOGS) in DIR/row1, row2, ...
 set -u
 EX=${1:-02}
 TRACK=${2:-cuda}
@@ -28,10 +29,14 @@ cp -r "solutions/$name/$TRACK" "$tree/$name/"
 gpu=$($PY -c "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')")
 echo "loop figures: $name [$TRACK], edits of $KERNEL; $gpu; $(nproc) cores; $(date -u +%F)"
 
+n=0
 row() {  # row LABEL ARGS...: grade once, print wall time and the build column
   local label=$1; shift
+  n=$((n + 1))
+  # LOOP_KEEP=DIR: every row's worker logs and events under DIR/row<N> (timeline.py reads them)
+  local keep=${LOOP_KEEP:+$LOOP_KEEP/row$n}
   local t0=$(date +%s%N)
-  "$@" > "$tree/last.log" 2>&1
+  GRADER_KEEP_LOGS=$keep "$@" > "$tree/last.log" 2>&1
   local rc=$?
   local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   local built=$(grep -E "^$EX " "$tree/last.log" | grep -oE "built [0-9]+s|built|imported|loaded|build failed" | head -1)
