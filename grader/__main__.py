@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -91,6 +92,15 @@ def cmd_grade(args) -> int:
         bench = not args.no_bench and torch.cuda.is_available()
         run_cache = _run_cache() if bench else None
         warm = [warming.submit(_warm, tree, ex) for ex in exercises if bench and ex.benchmark]
+        # the first timing's worker starts as soon as its track's checks have loaded the build
+        # (not before: one build, reported by the checks), and gets ready beside the checks
+        from grader.trust import landlock_available
+        ahead = bench and landlock_available()
+        prepared = {}
+        early = threading.Thread(target=_prepare_first, daemon=True,
+                                 args=(tree, pairs, todo, progress, prepared)) if ahead else None
+        if early is not None:
+            early.start()
         for done in as_completed(todo):
             ex, t = todo[done]
             r = results[(ex.id, t.name)] = done.result()
@@ -100,16 +110,15 @@ def cmd_grade(args) -> int:
                            f"({time.perf_counter() - start:.0f} s)")
         for w in warm:
             w.result()
+        if early is not None:
+            early.join()
     if warm:
         progress.print(f"baselines compiled ahead ({time.perf_counter() - start:.0f} s)")
     rows = []
     # ... and each timing runs alone on the GPU, while the next track's worker gets ready
     # (starts its submission's process and loads the track, then waits at its gate)
     from grader.isolate import timeable
-    from grader.trust import landlock_available
-    ahead = bench and landlock_available()
     timed = [(ex, t) for ex, t in pairs if bench and timeable(ex, results[(ex.id, t.name)])]
-    prepared = {}
     try:
         _time_all(tree, pairs, results, bench, timed, ahead, prepared, progress, start)
     finally:
@@ -199,6 +208,25 @@ def _warm(tree, ex) -> None:
     track = next(iter(ex.tracks.values()))
     with tempfile.TemporaryDirectory(prefix="grader-warm-") as tmp:
         _worker(tree, ex, track, "warm", Path(tmp) / "warm.jsonl", min(ex.timeout_s, 600))
+
+
+def _prepare_first(tree, pairs, todo, progress, prepared) -> None:
+    """Start the first timing's worker (grader.isolate.Prepared) once that track's checks have
+    loaded its build: its process start, torch import, track load and the baselines' callables
+    (~10 s on a GPU host) then overlap the checks instead of following them. A track that turns
+    out not timeable has it cancelled (grader.isolate.time_track)."""
+    from grader.isolate import Prepared
+    first = next(((ex, t) for ex, t in pairs if ex.benchmark is not None), None)
+    if first is None:
+        return
+    ex, t = first
+    check = next(f for f, pair in todo.items() if pair == first)
+    label = f"{ex.id} [{t.name}]"
+    while not check.done() and not progress.loaded(label):
+        time.sleep(0.1)
+    if check.done() and check.exception() is not None:
+        return
+    prepared[(ex.id, t.name)] = Prepared(tree, ex, t)
 
 
 def _time_all(tree, pairs, results, bench, timed, ahead, prepared, progress, start) -> None:

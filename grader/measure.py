@@ -10,7 +10,9 @@ flushed) and its host cost; the judge does not take that figure on trust:
    cached output (same pointers, new values), a deferred one (a side stream), or a special case
    for the benchmark size fails here, and the performance earns nothing.
 2. **The figure.** The event time stands if the judge's wall clock agrees with it (within 30%
-   plus launch slack); otherwise the wall-clock time is used, with a warning.
+   plus launch slack); if it does not, the batch runs again on new input sets (three batches
+   at most, the fastest counts: a hiccup of the machine is not the op's fault); if no batch
+   agrees, the wall-clock time is used, with a warning.
 3. **Physics.** A rate above 110% of the ceiling measured on this GPU is impossible: rejected,
    naming the ceiling.
 4. **Who did the work.** One call at the benchmark case is observed like every check's call
@@ -31,6 +33,7 @@ from grader.timing import CEILINGS, rate, time_fn
 ESCAPE_RATIO, ESCAPE_SLACK_MS = 1.3, 0.05
 IMPOSSIBLE = 1.10           # a rate above this fraction of the measured ceiling is not physical
 BATCH_BYTES = 12 << 30      # input + output memory one validated batch may use
+BATCH_TRIES = 3             # validated batches at most, when the wall clock disagrees (below)
 # normwise relative error a timed output may have against float64 (the checks hold values
 # elementwise; here the point is that each timed call computed this call's answer)
 REL_BOUND = {"float64": 1e-9, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2, "int8": 1e-2}
@@ -133,12 +136,38 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     with torch.no_grad():
         remote_call(session, target, one, what=f"{b.call}() at the benchmark case")
     trace("the observed call")
-    # the validated batch, on the judge's clock: K fresh input sets, plus one for the warm-up
+    # the validated batch, on the judge's clock: K fresh input sets, plus one for the warm-up.
+    # An honest op's wall clock agrees with its events; when it does not, the batch runs again
+    # on new input sets (up to BATCH_TRIES in all) and the fastest counts: a hiccup of the
+    # machine (another process starting, the clocks) is not an accusation, while work that
+    # escapes the events escapes them every time. Every batch's outputs are validated.
     per_set = _nbytes(one) * 2 + 1
     k = max(2, min(8, BATCH_BYTES // per_set))
     warm_dy = _dy_for(ref, one, exercise) if mode == "forward_backward" else None
     warmup = share((one, warm_dy))
     del one, warm_dy
+    walls, problem = [], None
+    for attempt in range(BATCH_TRIES):
+        wall_ms, problem = _validated_batch(session, exercise, ref, case, mode, k, warmup, share)
+        walls.append(wall_ms)
+        trace(f"batch {attempt + 1}: {k} input sets staged, run ({wall_ms * 1e3:.1f} us a call) "
+              f"and validated")
+        if problem or not escaped(t["ms"], min(walls)):
+            break
+    del warmup
+    t["wall_ms"] = min(walls)
+    t["walls_ms"] = walls
+    t["batch"] = k
+    t["problem"] = problem
+    return t
+
+
+def _validated_batch(session, exercise, ref, case, mode, k, warmup, share):
+    """Stage k fresh input sets in the runner, time its back-to-back calls on them with the
+    judge's clock (minus an empty request's round trip), and hold every output to float64.
+    Returns (ms per call, the first problem or None)."""
+    import torch
+    b = exercise.benchmark
     sets = [make_inputs(exercise, ref, case, _seed()) for _ in range(k)]
     dys = [_dy_for(ref, s, exercise) for s in sets] if mode == "forward_backward" else None
     sent = share(sets)
@@ -147,8 +176,6 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     limit = max(600, session.timeout_s)
     _ok(session.request("stage", entry=b.call, warmup=warmup, sets=sent, mode=mode,
                         grad_args=list(b.grad_args), dys=sent_dys, wrap=b.wrap, timeout_s=limit))
-    del warmup
-    trace(f"{k} input sets made and staged")
     start = time.perf_counter()
     session.request("noop")
     noop = time.perf_counter() - start
@@ -159,8 +186,6 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     outs = [[o.clone() if isinstance(o, torch.Tensor) else None for o in call]
             for call in reply["outs"]]
     del sent, sent_dys, reply
-    t["wall_ms"] = max(wall - noop, 1e-6) * 1e3 / k
-    t["batch"] = k
     problem = None
     for i, s in enumerate(sets):
         problem = validate(exercise, ref, s, mode, outs[i], dys[i] if dys else None)
@@ -169,9 +194,7 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
             break
     del sets, dys, outs
     torch.cuda.empty_cache()
-    trace("the batch run and validated")
-    t["problem"] = problem
-    return t
+    return max(wall - noop, 1e-6) * 1e3 / k, problem
 
 
 def baseline_fns(exercise, ref) -> dict:
@@ -311,8 +334,11 @@ def figures_for(exercise, model, t, ceilings) -> dict:
     t = dict(t)
     warnings = []
     if "wall_ms" in t and escaped(t["ms"], t["wall_ms"]):
+        tries = len(t.get("walls_ms") or [t["wall_ms"]])
         warnings.append(f"wall clock {t['wall_ms'] * 1e3:.0f} us per call vs {t['ms'] * 1e3:.0f} "
-                        f"us reported by events: the events do not hold all the work (the host "
+                        f"us reported by events"
+                        + (f" (the fastest of {tries} validated batches)" if tries > 1 else "")
+                        + f": the events do not hold all the work (the host "
                         f"waiting for the GPU inside each call: .item(), .cpu(), a "
                         f"synchronize; a side stream; or a reported time that is not the real "
                         f"one); the wall-clock time is used")

@@ -94,6 +94,12 @@ class Progress:
                 t.stage = stage
                 print(text, file=self.stream, flush=True)
 
+    def loaded(self, label: str) -> bool:
+        """Has the track's checks worker reported its build (the track is loaded, or failed)?"""
+        with self.lock:
+            t = self.tracks.get(label)
+            return t is not None and t.phase == "checks" and t.built is not None
+
     def end(self, label: str) -> None:
         with self.lock:
             self.tracks.pop(label, None)
