@@ -66,6 +66,14 @@ def test_a_reported_time_the_wall_clock_contradicts_is_replaced():
     assert f["ms"] == 0.8 and "wall-clock time is used" in f["warnings"][0]
 
 
+def test_a_host_bound_op_is_not_accused_when_the_wall_clock_disagrees():
+    # events say 100 us of GPU per call, the host needs 300 us to enqueue one, 8 back-to-back
+    # calls took 400 us each: the host's pace, said as such; the judge's figure still counts
+    f = _figures(0.1, wall_ms=0.4, host_ms=0.3)["forward"]
+    assert f["ms"] == 0.4 and "host, not the GPU" in f["warnings"][0] and f["host_bound"]
+    assert "do not hold all the work" not in f["warnings"][0]
+
+
 def test_an_impossible_rate_earns_nothing_and_names_the_ceiling():
     figs = _figures(0.3)                # 10.7 TB/s on a 4 TB/s GPU
     f = figs["forward"]
