@@ -59,6 +59,10 @@ def main(argv=None) -> int:
                        repeats=int(os.environ.get("GRADER_BENCH_REPEATS") or 2))
         record(event="done")
         return 0
+    # hypothesis keeps what it stores (the constants it reads from source files) in the
+    # grader's cache, not in a .hypothesis/ folder of the repository it runs in
+    from grader.build import CACHE
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(CACHE / "hypothesis"))
     # pytest and the plugins the checks use, imported while the submission's process is still
     # importing torch and loading the track (open_session waits for it): off the critical path
     import _hypothesis_pytestplugin  # noqa: F401
