@@ -197,40 +197,40 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, share):
     return max(wall - noop, 1e-6) * 1e3 / k, problem
 
 
+def _compiled(fn):
+    """A baseline under torch.compile: static shapes, one specialized compile per swept shape
+    (dynamo is reset per case), not the slower dynamic-shape kernels dynamo switches to."""
+    import torch
+    torch._dynamo.config.cache_size_limit = 64  # one compile per swept shape
+    return torch.compile(fn, dynamic=False)
+
+
 class _CompiledLater:
-    """torch.compile(fn, dynamic=False), made at the first call. Making it imports dynamo and
-    Inductor (~8 s on the GPU hosts): a QUICK timing whose baselines' times come from the cache
-    never calls it, so never pays that."""
+    """_compiled(fn), made at the first call. Making it imports dynamo and Inductor (~8 s on
+    the GPU hosts): a QUICK timing whose baselines' times come from the cache never calls it,
+    so never pays that."""
 
     def __init__(self, fn):
         self.fn, self.compiled = fn, None
 
     def __call__(self, *args, **kwargs):
         if self.compiled is None:
-            import torch
-            torch._dynamo.config.cache_size_limit = 64
-            self.compiled = torch.compile(self.fn, dynamic=False)
+            self.compiled = _compiled(self.fn)
         return self.compiled(*args, **kwargs)
 
 
 def baseline_fns(exercise, ref, *, lazy: bool = False) -> dict:
     """name -> callable, or name -> an error string for a baseline that cannot run here.
     `lazy`: the torch.compile'd ones are made at their first call (_CompiledLater)."""
-    import torch
-    if not lazy:
-        torch._dynamo.config.cache_size_limit = 64  # one compile per swept shape
     fns = {}
     b = exercise.benchmark
     for name in b.baselines + b.peers:
         if name == "eager":
             fns[name] = ref.reference
         elif name == "compile" or name.startswith("compile:"):
-            # static shapes: one specialized compile per swept shape (dynamo is reset per case),
-            # not the slower dynamic-shape kernels dynamo switches to by itself
             what = name.partition(":")[2] or "reference"
-            compile_ = _CompiledLater if lazy else (lambda f: torch.compile(f, dynamic=False))
-            fns[name] = (compile_(getattr(ref, what)) if hasattr(ref, what)
-                         else f"reference.py defines no function {what!r}")
+            fns[name] = ((_CompiledLater if lazy else _compiled)(getattr(ref, what))
+                         if hasattr(ref, what) else f"reference.py defines no function {what!r}")
         elif hasattr(ref, name):
             fns[name] = getattr(ref, name)
         else:
