@@ -84,14 +84,18 @@ def cmd_grade(args) -> int:
     # the checks of different tracks run side by side (the GPU is shared fine for checks), and
     # beside them, in a small pool of their own (queued behind the checks, they finished ~30 s
     # after them), the baselines' torch.compile, so the timing phase finds them compiled ...
-    with ThreadPoolExecutor(_jobs(args, len(pairs))) as pool, \
-            ThreadPoolExecutor(WARM_JOBS) as warming:
+    jobs = _jobs(args, len(pairs))
+    # each checking process's share of the cores for torch's CPU ops (grader.isolate._spawn)
+    os.environ["GRADER_CHECK_THREADS"] = str(max(1, (os.cpu_count() or 2) // jobs))
+    with ThreadPoolExecutor(jobs) as pool, ThreadPoolExecutor(WARM_JOBS) as warming:
         todo = {pool.submit(_check, tree, ex, t, progress): (ex, t)
                 for ex, t in _longest_first(pairs)}
         import torch  # (here, while the workers start: 2-3 s off the edit loop)
         bench = not args.no_bench and torch.cuda.is_available()
         run_cache = _run_cache() if bench else None
-        warm = [warming.submit(_warm, tree, ex) for ex in exercises if bench and ex.benchmark]
+        device = torch.cuda.get_device_name() if bench else None
+        warm = [warming.submit(_warm, tree, ex, device) for ex in exercises
+                if bench and ex.benchmark]
         # the first timing's worker starts as soon as its track's checks have loaded the build
         # (not before: one build, reported by the checks), and gets ready beside the checks
         from grader.trust import landlock_available
@@ -196,42 +200,48 @@ def _run_cache():
     return folder
 
 
-def _warm(tree, ex) -> None:
+def _warm(tree, ex, device: str) -> None:
     """The exercise's compiled baselines, compiled ahead in a judge-only worker (no submission
-    code): grader.measure.warm_baselines. A failure only means the timing phase compiles."""
+    code): grader.measure.warm_baselines. A failure only means the timing phase compiles;
+    compiled already on this GPU (grader.measure.warm_marker): nothing to do."""
     import tempfile
     from grader.isolate import _worker
+    from grader.measure import warm_marker
     if not any(n == "compile" or n.startswith("compile:") for n in ex.benchmark.baselines):
         return
     if os.environ.get("GRADER_QUICK"):  # QUICK takes the baselines' times from its cache: no
         return                          # compile needed (on a miss the timing phase compiles)
+    if warm_marker(ex, device).exists():
+        return
     track = next(iter(ex.tracks.values()))
     with tempfile.TemporaryDirectory(prefix="grader-warm-") as tmp:
         _worker(tree, ex, track, "warm", Path(tmp) / "warm.jsonl", min(ex.timeout_s, 600))
 
 
 def _prepare_first(tree, pairs, todo, progress, prepared) -> None:
-    """Start the first timing's worker (grader.isolate.Prepared) once that track's checks have
-    loaded its build: its process start, torch import, track load and the baselines' callables
-    (~10 s on a GPU host) then overlap the checks instead of following them. A track that turns
-    out not timeable has it cancelled (grader.isolate.time_track)."""
+    """Start the first timings' workers (grader.isolate.Prepared; the first 1 + AHEAD) once
+    each track's checks have loaded its build: their process starts, torch imports, track loads
+    and the baselines' callables (~10 s each on a GPU host) then overlap the checks instead of
+    following them. A track that turns out not timeable has it cancelled (time_track)."""
     from grader.isolate import Prepared
-    first = next(((ex, t) for ex, t in pairs if ex.benchmark is not None), None)
-    if first is None:
-        return
-    ex, t = first
-    check = next(f for f, pair in todo.items() if pair == first)
-    label = f"{ex.id} [{t.name}]"
-    while not check.done() and not progress.loaded(label):
-        time.sleep(0.1)
-    if check.done() and check.exception() is not None:
-        return
-    prepared[(ex.id, t.name)] = Prepared(tree, ex, t)
+    for ex, t in [p for p in pairs if p[0].benchmark is not None][:1 + AHEAD]:
+        check = next(f for f, pair in todo.items() if pair == (ex, t))
+        label = f"{ex.id} [{t.name}]"
+        while not check.done() and not progress.loaded(label):
+            time.sleep(0.1)
+        if check.done() and check.exception() is not None:
+            continue
+        prepared[(ex.id, t.name)] = Prepared(tree, ex, t)
+
+
+AHEAD = 2  # timing workers started ahead of their turn: getting one ready (its processes, torch,
+#           CUDA, the baselines' callables) took ~15 s on the GPU host, longer than many timings
+#           (2-20 s): with one ahead the GPU waited for it (2026-11-25, RESULTS.md)
 
 
 def _time_all(tree, pairs, results, bench, timed, ahead, prepared, progress, start) -> None:
-    """Each timing alone on the GPU, in exercise order; with `ahead`, the next track's worker
-    is started while this one times (it waits at its gate: grader.isolate.Prepared)."""
+    """Each timing alone on the GPU, in exercise order; with `ahead`, the next AHEAD tracks'
+    workers are started while this one times (each waits at its gate: grader.isolate.Prepared)."""
     import torch
     from grader.isolate import Prepared, time_track
     for ex, t in pairs:
@@ -241,9 +251,10 @@ def _time_all(tree, pairs, results, bench, timed, ahead, prepared, progress, sta
             k = timed.index((ex, t)) if (ex, t) in timed else -1
             if ahead and k >= 0 and (ex.id, t.name) not in prepared:
                 prepared[(ex.id, t.name)] = Prepared(tree, ex, t)
-            if ahead and 0 <= k < len(timed) - 1:
-                nex, nt = timed[k + 1]
-                prepared[(nex.id, nt.name)] = Prepared(tree, nex, nt)
+            if ahead and k >= 0:
+                for nex, nt in timed[k + 1:k + 1 + AHEAD]:
+                    if (nex.id, nt.name) not in prepared:
+                        prepared[(nex.id, nt.name)] = Prepared(tree, nex, nt)
             time_track(tree, ex, t, r, progress=progress,
                        prepared=prepared.pop((ex.id, t.name), None))
             if k >= 0:

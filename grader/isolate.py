@@ -158,9 +158,19 @@ def _spawn(tree, exercise, track, phase, events, gate: Path | None = None) -> St
            "--track", track.name, "--events", str(events), "--phase", phase]
     if gate is not None:
         cmd += ["--gate", str(gate)]
+    from grader.spawn import compile_in_process
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
         "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    # the judge's torch.compile caches (the baselines) in the grader's cache, beside the marker
+    # that says they are warm (grader.measure.warm_marker); a submission's are its runner's own
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(CACHE / "inductor"))
+    compile_in_process(env)
+    if phase == "checks" and os.environ.get("GRADER_CHECK_THREADS"):
+        # the checks of several tracks at once: each process (judge and submission) gets its
+        # share of the cores for torch's CPU ops, instead of one thread per core each (8 tracks
+        # x 2 processes x 16 OpenMP threads: a load of 25 on 16 cores, 2026-11-25)
+        env.setdefault("OMP_NUM_THREADS", os.environ["GRADER_CHECK_THREADS"])
     out = open(log, "wb")
     # a session of its own, so a timeout kills the worker and everything it started
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,

@@ -27,6 +27,19 @@ class Started:
     key: tuple            # what it was started for: (tree, exercise id, track, protected paths)
 
 
+def compile_in_process(env: dict) -> dict:
+    """`env` for a grader process (judge or submission) that may torch.compile, compiling in
+    that process. By default the first compile of a process starts Inductor's pool of compile
+    workers (torch._dynamo.backends.inductor -> maybe_warm_pool: a sidecar process that imports
+    torch, and one worker per core, up to 32). A grade runs a dozen such processes at once
+    (checks, warm-ups, timings, and the timing workers started ahead): a pool each is hundreds
+    of processes on 16 cores, slowing the imports and the checks around them. What the grader
+    compiles is small (a baseline's few kernels, an op under test): one thread does it. A value
+    set by the user stands."""
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    return env
+
+
 def key(tree: Path, exercise_id: str, track: str, protect=()) -> tuple:
     return (str(Path(tree).resolve()), exercise_id, track, tuple(str(p) for p in protect))
 
@@ -50,6 +63,7 @@ def start_runner(tree: Path, exercise_id: str, track: str, protect=(), prefix=No
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "")
                                                         .split(os.pathsep) if p])
     env["PYTHONUNBUFFERED"] = "1"
+    compile_in_process(env)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=scratch, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, pass_fds=(fd,))

@@ -15,10 +15,14 @@ cannot write outside its scratch folder.
 """
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-from pathlib import Path
+import time
+
+BEGAN = time.time()  # the process's start, before any import (the timeline shows the imports)
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from grader.discover import EXERCISES, ROOT, load_exercise
 from grader.results import Recorder
@@ -44,7 +48,7 @@ def main(argv=None) -> int:
     record = Recorder(args.events)
     exercise = load_exercise(EXERCISES / args.exercise)
     track = exercise.tracks[args.track]
-    record(event="worker", pid=os.getpid(),
+    record(event="worker", pid=os.getpid(), began=BEGAN,
            gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
            torch=torch.__version__)
 
@@ -91,10 +95,11 @@ def main(argv=None) -> int:
         from grader.measure import grade_performance, prepare_performance
         prepared = None
         if args.gate is not None:  # started ahead: another track may be timing right now
-            import time
             prepared = prepare_performance(exercise)  # CPU only: no kernel runs before the gate
+            record(event="ready")
             while not args.gate.exists():
                 time.sleep(0.01)
+            record(event="gate")
         grade_performance(exercise, track, session, record, prepared)
         session.close()
         record(event="done")

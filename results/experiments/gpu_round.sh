@@ -10,7 +10,8 @@
 #   env         the machine: GPU, driver, versions, cores
 #   grade       make grade IMPL=solutions, every exercise, cold caches (the scorecard, its JSON,
 #               the grading time, and every worker's log)
-#   regrade     the same again, warm (build caches and compiled baselines kept)
+#   regrade     the same again, warm (build caches and compiled baselines kept; workers' logs kept)
+#               (both: the load average and the count of python processes every 2 s, *-cpu.txt)
 #   grade:NN,MM the named exercises only (warm or cold, as the caches are)
 #   loop        results/experiments/loop_figures.sh 02 and 06 (the learner's edit loop)
 #   loop:NN     the same for one exercise's CUDA track, its workers' logs kept
@@ -34,6 +35,12 @@ if [ -d .whl ] && ! python3 -c "import landlock, liger_kernel, cutlass_library, 
 fi
 export PYTHONUNBUFFERED=1
 summary() { echo "$*" | tee -a "$LOGS/summary.txt"; }
+sampler() {  # sampler FILE: every 2 s, the load average and the python processes (compile workers apart)
+  while :; do
+    echo "$(date +%s) load $(cut -d' ' -f1-3 /proc/loadavg) python $(pgrep -c python) compile_workers $(pgrep -fc compile_worker)"
+    sleep 2
+  done > "$1"
+}
 
 stage() {  # stage NAME COMMAND...: run it, log it, time it
   local name=$1; shift
@@ -50,10 +57,14 @@ for s in "$@"; do
       stage env bash -c 'nvidia-smi; nproc; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"; python3 -c "from grader.trust import landlock_available as l; print(\"landlock\", l())"; nvcc --version | tail -2' ;;
     grade)
       rm -rf .cache /tmp/torchinductor_root
+      sampler "$LOGS/grade-cpu.txt" & sp=$!
       stage grade env GRADER_KEEP_LOGS="$LOGS/grade-workers" make grade IMPL=solutions RESULTS="$LOGS/grade.json"
+      kill $sp
       grep -E "^[0-9]{2} |^total|checked|timed|compiled ahead" "$LOGS/grade.txt" | tail -45 >> "$LOGS/summary.txt" ;;
     regrade)
-      stage regrade make grade IMPL=solutions RESULTS="$LOGS/regrade.json"
+      sampler "$LOGS/regrade-cpu.txt" & sp=$!
+      stage regrade env GRADER_KEEP_LOGS="$LOGS/regrade-workers" make grade IMPL=solutions RESULTS="$LOGS/regrade.json"
+      kill $sp
       grep -E "^[0-9]{2} |^total" "$LOGS/regrade.txt" >> "$LOGS/summary.txt" ;;
     grade:*)
       stage "grade-${s#grade:}" python3 -m grader grade --impl solutions --exercise "${s#grade:}" --json "$LOGS/grade-${s#grade:}.json"

@@ -5,10 +5,11 @@
 
 Every event a worker records carries its wall time (grader.results.Recorder); this prints, per
 worker (one track's checks, timing, or a warm-up), the seconds from the first event to each
-stage: torch imported in the judge ("worker"), the submission's process loaded ("build"),
-pytest collected ("collected"), the first and last check, and the end ("done"), with the
-slowest checks. --since: the moment the command started (date +%s.%N), to count the judge's
-start and torch import too.
+stage: the judge's process started ("process"), its torch imported ("worker"), the submission's
+process loaded ("build"), a timing worker started ahead ready and let through its gate ("ready",
+"gate"), pytest collected ("collected"), the first and last check, and the end ("done"), with
+the slowest checks. --since: the moment the command started (date +%s.%N), to count the main
+process's start too.
 """
 import argparse
 import json
@@ -30,12 +31,16 @@ def main():
         stamped = [e for e in events if "t" in e]
         if not stamped:
             continue
-        t0 = a.since if a.since is not None else stamped[0]["t"]
+        t0 = a.since if a.since is not None else min(
+            [stamped[0]["t"]] + [e["began"] for e in stamped if "began" in e])
         marks = {}
         for e in stamped:
             kind = e.get("event")
-            if kind in ("worker", "build", "collected", "checks", "performance", "done", "warm"):
+            if kind in ("worker", "build", "collected", "checks", "performance", "done", "warm",
+                        "ready", "gate"):
                 marks.setdefault(kind, e["t"] - t0)
+            if kind == "worker" and "began" in e:  # the process started (before its imports)
+                marks.setdefault("process", e["began"] - t0)
             if kind == "start":
                 marks.setdefault("first check", e["t"] - t0)
             if kind == "result":
