@@ -494,14 +494,19 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     os.chdir(args.scratch)
     _set_env(args)
+    roots = _writable_roots(args)
+    for root in roots:  # before the sandbox closes: a folder that is not there cannot be allowed
+        root.mkdir(parents=True, exist_ok=True)
+    from grader.build import start_early_rebuild
+    from grader.loader import build_mode
+    if build_mode() == "jit":  # what changed recompiles while torch imports (grader.build)
+        start_early_rebuild(Path(args.tree), args.exercise, args.track, roots,
+                            Path(args.scratch) / "early-build.json")
     import torch
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
     from multiprocessing.connection import Connection
     conn = Connection(args.fd)
-    roots = _writable_roots(args)
-    for root in roots:  # before the sandbox closes: a folder that is not there cannot be allowed
-        root.mkdir(parents=True, exist_ok=True)
     attempts = Attempts([Path(x) for x in args.protect], roots)
     sys.addaudithook(attempts.hook)  # permanent: no Python code can remove it
     state = sandbox(roots)
