@@ -93,6 +93,23 @@ def expected_grads(ref_fn, *args, wrt=(0,), dy):
     return value_and_grads(ref_fn, *float64(args), wrt=wrt, dy=float64(dy))
 
 
+def rstd_scale(h, eps: float, *, centered: bool) -> tuple:
+    """The atol_scale (grader.check.assert_close) of a norm's dx: (max(1, rstd) of each row of
+    h, float64, shape [..., 1]; its description). rstd is 1/sqrt(mean(h^2) + eps) for an RMS
+    norm, 1/sqrt(var(h) + eps) for a layer norm (`centered`).
+
+    A norm's dx = rstd * (g - ...), g = dy * w: the bracket holds O(|g|) terms, each rounded,
+    whose absolute error the dtype's atol covers. The last step multiplies it by rstd, which is
+    not O(1) when a row's mean square (or variance) is small next to eps: rows of one element,
+    of equal values, of tiny values, up to 1/sqrt(eps) = 1000. Exact dx can be small there (0
+    for a layer norm's constant row), so only the atol can absorb that rounding (on an H100,
+    2026-11-25, a correct float32 rmsnorm dx was off by 2.0e-5 in a row of one element with
+    rstd ~700). Its rtol is unchanged: |dx| itself carries the factor rstd."""
+    hd = h.detach().to(torch.float64)
+    m = hd.var(-1, unbiased=False, keepdim=True) if centered else hd.square().mean(-1, keepdim=True)
+    return (m + eps).rsqrt().clamp_min(1.0), "max(1, rstd) of its row"
+
+
 def sum_tol(tol: dict, terms: int, dtype) -> dict:
     """A tolerance for outputs that are sums over `terms` rows (dw, db, dB of a GEMM, ...).
 
@@ -124,12 +141,14 @@ def sum_bound(abs_sum: float, terms: int, acc=torch.float32, lam: float = 4.0) -
     return lam * math.sqrt(max(terms, 1)) * u * abs_sum + torch.finfo(acc).tiny
 
 
-def assert_all_close(got, want, *, tols, names, **ctx):
-    """Compare tuples of tensors; `tols` is one tolerance dict or one per tensor."""
+def assert_all_close(got, want, *, tols, names, atol_scales=None, **ctx):
+    """Compare tuples of tensors; `tols` is one tolerance dict or one per tensor;
+    `atol_scales`: one grader.check.assert_close atol_scale (or None) per tensor."""
     tols = tols if isinstance(tols, (tuple, list)) else [tols] * len(names)
-    for g, w, tol, name in zip(got, want, tols, names):
+    scales = atol_scales or [None] * len(names)
+    for g, w, tol, name, scale in zip(got, want, tols, names, scales):
         check.assert_close(g, w, tol=tol, dtype=g.dtype if isinstance(g, torch.Tensor) else None,
-                           what=name, **ctx)
+                           what=name, atol_scale=scale, **ctx)
 
 
 def opcheck_samples(impl, track, device, qualname: str, samples) -> None:

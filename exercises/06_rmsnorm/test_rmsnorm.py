@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 from grader import check
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import draw_row_shape, dtypes, randn, seeds
-from grader.testing import (compiled_matches, expected_grads, opcheck_samples,
+from grader.testing import (compiled_matches, expected_grads, opcheck_samples, rstd_scale,
                             skip_on_interpreter, sum_tol, value_and_grads)
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -43,15 +43,18 @@ def _rows(shape):
 
 @pytest.fixture(scope="module")
 def grads_close(exercise):
-    """Compare (y, dx, dw) with the float64 expectation: dx like any output; dw, a sum over the
-    rows of dy * x * rstd, with a bound that grows with the number of rows (grader.testing)."""
-    def close(got, want, *, dtype, shape, **ctx):
+    """Compare (y, dx, dw) with the float64 expectation: dx with its atol scaled by each row's
+    max(1, rstd) (grader.testing.rstd_scale: dx = rstd * (...)); dw, a sum over the rows of
+    dy * x * rstd, with a bound that grows with the number of rows (grader.testing.sum_tol)."""
+    def close(got, want, *, x, dtype, shape, eps=EPS, **ctx):
         _, dx, dw = got
         _, dx_ref, dw_ref = want
         tol = exercise.tolerance[str(dtype).removeprefix("torch.")]
-        check.assert_close(dx, dx_ref, tol=tol, dtype=dtype, what="dx", shape=shape, **ctx)
+        check.assert_close(dx, dx_ref, tol=tol, dtype=dtype, what="dx", shape=shape,
+                           atol_scale=rstd_scale(x, eps, centered=False), eps=eps, **ctx)
         check.assert_close(dw, dw_ref, tol=sum_tol(tol, _rows(shape), dtype), dtype=dtype,
-                           what="dw (the sum over rows of dy * x * rstd)", shape=shape, **ctx)
+                           what="dw (the sum over rows of dy * x * rstd)", shape=shape, eps=eps,
+                           **ctx)
     return close
 
 
@@ -73,7 +76,8 @@ def test_backward_matches_reference(impl, ref, device, grads_close, data, dtype,
     shape = draw_row_shape(data, device)
     x, w, dy = _inputs(shape, seed, dtype, device)
     got = _grads(impl.rmsnorm, x, w, eps, dy)
-    grads_close(got, _expected(ref, x, w, eps, dy), dtype=dtype, shape=shape, eps=eps, seed=seed)
+    grads_close(got, _expected(ref, x, w, eps, dy), x=x, dtype=dtype, shape=shape, eps=eps,
+                seed=seed)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -86,7 +90,7 @@ def test_rows_longer_than_a_block(impl, ref, device, assert_close, grads_close, 
         got = _grads(impl.rmsnorm, x, w, EPS, dy)
         want = _expected(ref, x, w, EPS, dy)
         assert_close(got[0], want[0], dtype=dtype, shape=shape)
-        grads_close(got, want, dtype=dtype, shape=shape)
+        grads_close(got, want, x=x, dtype=dtype, shape=shape)
 
 
 def test_dw_over_many_rows(impl, ref, device, assert_close, grads_close):
@@ -100,7 +104,7 @@ def test_dw_over_many_rows(impl, ref, device, assert_close, grads_close):
     got = _grads(impl.rmsnorm, x, w, EPS, x)
     want = _expected(ref, x, w, EPS, x)
     assert_close(got[0], want[0], dtype=torch.bfloat16, shape=shape)
-    grads_close(got, want, dtype=torch.bfloat16, shape=shape, dy="x")
+    grads_close(got, want, x=x, dtype=torch.bfloat16, shape=shape, dy="x")
 
 
 @pytest.mark.gradcheck
@@ -145,7 +149,7 @@ def test_rows_of_zeros(impl, ref, device, assert_close, grads_close, dtype):
     assert_close(got[0], want[0], dtype=dtype, shape=shape)
     if bool((got[0][zero] != 0).any()):
         raise Mismatch("a row of zeros must give exactly a row of zeros")
-    grads_close(got, want, dtype=dtype, shape=shape)
+    grads_close(got, want, x=x, dtype=dtype, shape=shape)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
@@ -187,7 +191,7 @@ def test_strided_x_handled_or_refused(impl, ref, device, assert_close, grads_clo
         return  # refused with a message naming x: fine
     want = _expected(ref, x, w, EPS, dy)
     assert_close(got[0], want[0], dtype=torch.float32, layout=layout)
-    grads_close(got, want, dtype=torch.float32, shape=(9, 130), layout=layout)
+    grads_close(got, want, x=x, dtype=torch.float32, shape=(9, 130), layout=layout)
 
 
 def test_refuses_w_of_the_wrong_size(impl, device):

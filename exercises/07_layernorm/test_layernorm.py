@@ -13,8 +13,8 @@ from hypothesis import given, strategies as st
 from grader import check
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import draw_row_shape, dtypes, randn, seeds
-from grader.testing import (compiled_matches, expected_grads, opcheck_samples, sum_tol,
-                            value_and_grads)
+from grader.testing import (compiled_matches, expected_grads, opcheck_samples, rstd_scale,
+                            sum_tol, value_and_grads)
 
 DTYPES = ["float32", "float16", "bfloat16"]
 EPS = 1e-5
@@ -49,43 +49,19 @@ def _expected(ref, x, w, b, dy, wrt=(0, 1, 2), eps=EPS):
     return y, grads
 
 
-def _dx_scale(x, eps):
-    """max(1, rstd) of each row of x (float64, in x's shape): how much the rounding of dx grows.
-
-    dx = rstd * (g - mean(g) - x̂ * mean(g * x̂)), g = dy * w. The bracket is made of O(|g|)
-    terms, each rounded (and x̂ carries the rounding of mean and rstd): its absolute error is a
-    few units of roundoff times |g|, which the dtype's atol covers. The last step multiplies it
-    by rstd, which is not O(1) when a row's variance is small next to eps: rows of one element
-    (N = 1) or of equal values have rstd = 1/sqrt(eps) ~ 316, and exact dx = 0 there, so only
-    the atol can absorb that rounding. A row's atol is therefore the dtype's atol times
-    max(1, rstd); its rtol is unchanged (|dx| itself carries the factor rstd).
-    """
-    xd = x.detach().to(torch.float64)
-    var = xd.var(-1, unbiased=False, keepdim=True)
-    return (var + eps).rsqrt().clamp_min(1.0).expand_as(xd)
-
-
 def _grads_close(exercise, got, want, *, x, dtype, shape, wrt=(0, 1, 2), eps=EPS, **ctx):
-    """dx like any output, its atol scaled by max(1, rstd) per row (_dx_scale); dw and db as
-    sums over rows."""
+    """dx like any output, its atol scaled by max(1, rstd) per row (grader.testing.rstd_scale:
+    rows of one element or of equal values have rstd = 1/sqrt(eps) ~ 316); dw and db as sums
+    over rows."""
     tol = _tol(exercise, dtype)
     ctx = dict(ctx, eps=eps)
     for i, g, e in zip(wrt, got, want):
         if i == 0:
-            scale = _dx_scale(x, eps).to(e.device)
-            if (isinstance(g, torch.Tensor) and g.dtype == dtype and g.shape == e.shape
-                    and g.device == e.device and bool((scale > 1).any())):
-                # |g - e| <= atol * scale + rtol * |e|, written as a comparison of g / scale
-                # with e / scale (exact for rows with scale 1)
-                check.assert_close(g.to(torch.float64) / scale, e.to(torch.float64) / scale,
-                                   tol=tol, what=GRADS[0],
-                                   dtype=None, dx_dtype=str(dtype).removeprefix("torch."),
-                                   shape=shape, shown="dx / max(1, rstd of its row)", **ctx)
-                continue
-            t = tol
-        else:
-            t = sum_tol(tol, _rows(shape), dtype)
-        check.assert_close(g, e, tol=t, dtype=dtype, what=GRADS[i], shape=shape, **ctx)
+            check.assert_close(g, e, tol=tol, dtype=dtype, what=GRADS[0], shape=shape,
+                               atol_scale=rstd_scale(x, eps, centered=True), **ctx)
+            continue
+        check.assert_close(g, e, tol=sum_tol(tol, _rows(shape), dtype), dtype=dtype,
+                           what=GRADS[i], shape=shape, **ctx)
 
 
 # --- values and gradients ----------------------------------------------------------------------
@@ -202,7 +178,7 @@ def test_constant_rows(impl, ref, exercise, device, assert_close, dtype):
     try:
         assert_close(y, y_ref, dtype=dtype, shape=shape, rows=f"{constant} constant")
         # dx's rounding ~ rstd = 1/sqrt(eps) ~ 316 in the constant rows: _grads_close scales
-        # their atol by it (_dx_scale), the other rows keep the dtype's
+        # their atol by it (grader.testing.rstd_scale), the other rows keep the dtype's
         _grads_close(exercise, got, want, x=x, dtype=dtype, shape=shape)
     except Mismatch as e:
         raise Mismatch(f"{e}\n  rows {constant} hold one value each (variance 0, y = b): a "

@@ -14,7 +14,7 @@ from grader import check
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import (assert_all_close, compiled_matches, expected_grads, float64,
-                            opcheck_samples, sum_tol, value_and_grads)
+                            opcheck_samples, rstd_scale, sum_tol, value_and_grads)
 
 DTYPES = ["float32", "float16", "bfloat16"]
 EPS = 1e-6
@@ -73,15 +73,19 @@ def _run(impl, ref, x, r, w, eps, dy, dh, tol):
 
 @pytest.fixture(scope="module")
 def all_close(exercise):
-    """Compare (y, h, dx, dresidual, dw); dw is a sum over rows: its bound grows (sum_tol)."""
+    """Compare (y, h, dx, dresidual, dw); dx and dresidual with their atol scaled by each row's
+    max(1, rstd) (grader.testing.rstd_scale: the gradient through the norm is rstd * (...));
+    dw is a sum over rows: its bound grows (sum_tol)."""
     def close(got, want, *, dtype, shape, **ctx):
         tol = _tol(exercise, dtype)
         tols = [tol] * (len(got) - 1) + [sum_tol(tol, _rows(shape), dtype)]
         names = ["y", "h (= x + residual)", "dx", "dresidual",
                  "dw (the sum over rows of dy * hhat)"]
+        scale = rstd_scale(want[1], ctx.get("eps", EPS), centered=False)  # want[1]: h, float64
+        scales = [None, None, scale, scale, None] if len(got) == 5 else None
         try:
             assert_all_close(got, want, tols=tols, names=names[:len(got) - 1] + names[-1:],
-                             shape=shape, **ctx)
+                             atol_scales=scales, shape=shape, **ctx)
         except Mismatch as e:
             text = str(e)
             if text.startswith(("dx", "dresidual")):
