@@ -436,7 +436,11 @@ def test_no_mask_kept_for_the_backward(impl, track, device):
 
     Measured as device memory (cudaMemGetInfo: it sees the submission's process too) taken by
     forward calls whose graphs stay alive: each holds its output and its saved tensors; a bool
-    mask would add half of y per call.
+    mask would add half of y per call. cudaMemGetInfo sees every process on the GPU: another
+    track's process starting meanwhile (a CUDA context is ~500 MiB) shows up here too. So up to
+    three windows are measured, each of 4 more calls kept alive beside the earlier ones (none
+    can reuse another's memory), and the smallest counts: another process's allocation does
+    not recur in every window, a mask kept by the op does.
     """
     x = randn((64, 256), seed=30, dtype=torch.bfloat16, device=device)
     impl.layernorm_dropout(x, x[0], x[0], 0.1, 1, EPS)  # a stub fails here
@@ -446,21 +450,28 @@ def test_no_mask_kept_for_the_backward(impl, track, device):
     x, w, b, _ = _inputs((m, n), 31, torch.bfloat16, device)
     for t in (x, w, b):
         t.requires_grad_()
-    live = [impl.layernorm_dropout(x, w, b, 0.1, s, EPS) for s in range(2)]  # warm-up
-    torch.cuda.synchronize()
-    free_before = torch.cuda.mem_get_info()[0]
-    live += [impl.layernorm_dropout(x, w, b, 0.1, s, EPS) for s in range(2, 2 + calls)]
-    torch.cuda.synchronize()
-    per_call = (free_before - torch.cuda.mem_get_info()[0]) / calls
     y_bytes = m * n * 2
     # kept per call: y here, y in the op's process (its graph), the transfer copy of x the op
     # saved (the checks run the op in another process: grader/proxy.py), 8 bytes per row; a
     # bool mask adds y / 2, a bit-packed one y / 16 (allowed: 1/16 of the traffic)
     allowed = 3 * y_bytes + y_bytes // 4
+    live = [impl.layernorm_dropout(x, w, b, 0.1, s, EPS) for s in range(2)]  # warm-up
+    torch.cuda.synchronize()
+    per_call = []
+    for window in range(3):
+        free_before = torch.cuda.mem_get_info()[0]
+        seeds = range(2 + calls * window, 2 + calls * (window + 1))
+        live += [impl.layernorm_dropout(x, w, b, 0.1, s, EPS) for s in seeds]
+        torch.cuda.synchronize()
+        per_call.append((free_before - torch.cuda.mem_get_info()[0]) / calls)
+        if per_call[-1] <= allowed:
+            break
     del live
+    per_call = min(per_call)
     if per_call > allowed:
         raise Mismatch(f"each forward keeps {per_call / 2**20:.1f} MiB alive until its backward "
-                       f"({m} x {n} bf16: y is {y_bytes / 2**20:.0f} MiB; allowed "
+                       f"(the least of 3 measurements; "
+                       f"{m} x {n} bf16: y is {y_bytes / 2**20:.0f} MiB; allowed "
                        f"{allowed / 2**20:.0f} MiB: y here and in the op's process, x, "
                        f"statistics): that is a stored mask (a bool mask is "
                        f"{m * n / 2**20:.0f} MiB). Save the seed and regenerate the mask in the "
