@@ -41,10 +41,10 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 grade: $(SETUP)
-	$(if $(QUICK),GRADER_QUICK=1 )$(PY) -m grader grade $(TREE) $(BUILD_FLAG) --json $(RESULTS)
+	$(PY) -m grader grade $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) --json $(RESULTS)
 
 exercise-%: $(SETUP)
-	$(if $(QUICK),GRADER_QUICK=1 )$(if $(SANITIZE),GRADER_SANITIZE=$(SANITIZE) GRADER_SMALL=1 GRADER_CHECK_TIMEOUT=900 )$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(SANITIZE),--no-bench) $(if $(REPRO),--repro '$(REPRO)')
+	$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(SANITIZE),--sanitize $(SANITIZE)) $(if $(REPRO),--repro '$(REPRO)')
 
 bench: $(SETUP)
 	$(PY) -m grader bench $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(BENCH_IMPL)) --out $(BENCH_OUT) $(if $(EXERCISE),--exercise $(EXERCISE)) $(if $(REPEATS),--repeats $(REPEATS))
@@ -52,7 +52,7 @@ bench: $(SETUP)
 # Workers side by side only with Landlock: without it a grade snapshots and restores the whole
 # repository, and a tampering test's write would race the other worker's reads (tests/conftest.py)
 test: $(SETUP)
-	$(PY) -m pytest tests $$($(PY) -c "import xdist; from grader.trust import landlock_available as l; assert l()" 2>/dev/null && echo "-n $(TEST_JOBS)")
+	$(PY) -m pytest tests $$($(PY) -c "import xdist; from grader.sandbox import landlock_available as l; assert l()" 2>/dev/null && echo "-n $(TEST_JOBS)")
 
 list: $(SETUP)
 	@$(PY) -m grader list

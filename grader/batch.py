@@ -36,7 +36,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from grader.discover import ROOT, discover
+from grader.discover import discover
+from grader.paths import ROOT
 
 FIELDS = ["submission", "exercise", "track", "points", "max_points", "tampering", "delegation",
           "host_bound", "error"]
@@ -164,7 +165,7 @@ class Batch:
         self.exercise, self.bench, self.force, self.build = exercise, bench, force, build
         self.exercises = discover(only=exercise)
         self.slots = gpu_slots(workers)
-        from grader.trust import landlock_available
+        from grader.sandbox import landlock_available
         self.sandboxed = landlock_available()
         if not self.sandboxed:
             # without Landlock a submission's write into the repository is found by hash after
@@ -258,9 +259,9 @@ class Batch:
                 except subprocess.TimeoutExpired:
                     code = None
             if path.is_file():  # the build and runner caches of a temporary tree: no reuse
-                from grader.build import CACHE, tree_tag
-                for sub in ("build", "runner", "aot"):
-                    shutil.rmtree(CACHE / sub / tree_tag(tree), ignore_errors=True)
+                from grader.paths import tree_caches
+                for folder in tree_caches(tree):
+                    shutil.rmtree(folder, ignore_errors=True)
         seconds = time.perf_counter() - start
         if code == 0 and partial.is_file():
             results = json.loads(partial.read_text())

@@ -1,8 +1,8 @@
 """Bench: `make bench`, the side-by-side sweep of every track of a tree against the baselines.
 
-Each exercise runs in a worker of its own under the exercise's time limit (grader.isolate), like
-grading: a hung kernel costs that exercise, not the run. Every track is timed in its own runner
-process (grader.runner) on inputs the judge makes; the graded case is measured `repeats` times
+Each exercise runs in a judge of its own under the exercise's time limit (grader.launch), like
+grading: a hung kernel costs that exercise, not the run. Every track is timed in its own submission
+process (grader.submission) on inputs the judge makes; the graded case is measured `repeats` times
 (the repeatability of the medians, shown), the first with the validated batch of grader.measure.
 Then each [[benchmark.extra]] case the same way (a second entry point, or the op inside a
 compiled model). The parent writes bench.json, bench.md and bench.png (grader.report) after each
@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from pathlib import Path
 
+from grader.baselines import baseline_fns, time_baselines
+from grader.launch import start_judge, wait_judge
+from grader.measure import figures_for, time_submission
+from grader.paths import CEILINGS
+from grader.plugin import check_limit
+from grader.proxy import Session, SubmissionDied
 from grader.reference import load_reference
+from grader.results import describe_exit, read_events
+from grader.settings import current
+from grader.timing import measure_ceilings
 
 REPEATS = 2  # the graded case, timed this many times per run (make bench REPEATS=5)
 
@@ -50,23 +58,18 @@ def extra_view(exercise, ref, extra):
 
 
 def bench_exercise(tree: Path, exercise, record, repeats: int = REPEATS) -> None:
-    """In the worker: the sweep, the graded case and the extra cases, for every track of
+    """In the judge: the sweep, the graded case and the extra cases, for every track of
     `tree`."""
     import torch
-    from grader.build import CACHE
-    from grader.measure import baseline_fns, figures_for, time_baselines, time_submission
-    from grader.plugin import check_limit
-    from grader.proxy import RunnerDied, Session
-    from grader.timing import measure_ceilings
     b = exercise.benchmark
-    ceilings = measure_ceilings(CACHE)
+    ceilings = measure_ceilings(CEILINGS)
     ref = load_reference(exercise)
     sessions, errors = {}, {}
     for track in exercise.tracks.values():
         s = Session(tree, exercise, track, timeout_s=check_limit(exercise))
         try:
             loaded = s.request("load", timeout_s=exercise.timeout_s)
-        except RunnerDied as e:
+        except SubmissionDied as e:
             loaded = {"message": e.reason}
         if loaded.get("built"):
             sessions[track.name] = s
@@ -86,7 +89,7 @@ def bench_exercise(tree: Path, exercise, record, repeats: int = REPEATS) -> None
                     t = time_submission(s, ex, r, case, mode, batch=validated)
                     out["checks"][name] = out["checks"].get(name) or t.pop("problem", None)
                     row["impls"][name] = figures_for(ex, model, t, ceilings)
-                except (Exception, RunnerDied) as e:  # reported; the other tracks go on
+                except (Exception, SubmissionDied) as e:  # reported; the other tracks go on
                     row["impls"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
             # host time beside every timed case of the graded size (not along the sweep)
             for name, t in time_baselines(ex, r, case, mode, fns, graded=case == eb.case).items():
@@ -120,17 +123,15 @@ def bench_exercise(tree: Path, exercise, record, repeats: int = REPEATS) -> None
 
 def bench_command(exercises, tree: Path, out_dir: Path, timeout_s: float | None = None,
                   repeats: int = REPEATS) -> int:
-    """Each exercise's sweep in a worker of its own, under its time limit (the exercise's, or
+    """Each exercise's sweep in a judge of its own, under its time limit (the exercise's, or
     `timeout_s`); then the reports."""
     import tempfile
     import torch
-    from grader.isolate import _worker
-    from grader.results import describe_exit, read_events
     if not torch.cuda.is_available():
         print("make bench needs a GPU: there is none here (nothing to time).")
         return 1
     out_dir.mkdir(parents=True, exist_ok=True)
-    os.environ["GRADER_BENCH_REPEATS"] = str(repeats)  # read by the worker (grader.worker)
+    settings = current().replace(bench_repeats=repeats)
     results = []
     md = ""
     for ex in exercises:
@@ -141,14 +142,14 @@ def bench_command(exercises, tree: Path, out_dir: Path, timeout_s: float | None 
         track = next(iter(ex.tracks.values()))
         with tempfile.TemporaryDirectory(prefix="grader-bench-") as tmp:
             events = Path(tmp) / "bench.jsonl"
-            code, timed_out, log = _worker(tree, ex, track, "sweep", events,
-                                           timeout_s or ex.timeout_s)
+            judge = start_judge(tree, ex, track, "sweep", events, settings)
+            code, timed_out, log = wait_judge(judge, timeout_s or ex.timeout_s, settings)
             found = [e["result"] for e in read_events(events) if e.get("event") == "bench"]
         if found:
             results.append(found[0])
         else:
             why = describe_exit(code, timed_out, log) or "no result"
-            results.append({"exercise": ex.id, "error": f"the benchmark worker failed: {why}"})
+            results.append({"exercise": ex.id, "error": f"the benchmark judge failed: {why}"})
         results[-1]["measured"] = _meta(tree)
         results[-1]["seconds"] = round(time.perf_counter() - started, 1)
         print(f"benchmarked {ex.id} in {results[-1]['seconds']:.0f} s", flush=True)

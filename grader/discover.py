@@ -14,10 +14,8 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from grader.paths import EXERCISES, ROOT
 from grader.timing import CEILINGS
-
-ROOT = Path(__file__).resolve().parent.parent
-EXERCISES = ROOT / "exercises"
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 METRICS = ("fraction_of_ceiling", "speedup")

@@ -1,25 +1,24 @@
-"""Load: the one seam between the checks and a submission.
+"""Loader: the one loader of a submission's track, run in the submission's process.
 
 `load_track(tree, exercise, track)` builds the track's C++/CUDA sources (if any), imports its
-Python module (if any) and returns an `Impl` whose attributes are the declared entry points.
-Tests only ever see an `Impl`; they never import from a submission tree themselves, so a
-learner's layout can change without touching a test.
+Python module (if any) and returns an `Impl` whose attributes are the declared entry points. The
+checks never see it: they call grader.proxy.RemoteImpl in the judge, whose every call crosses the
+wire (grader.seam) to this `Impl`; so a learner's layout can change without touching a check.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
-import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
-from grader.build import BuildError, Built, build, load_aot
+from grader.aot import load_aot
+from grader.build import Built, build
+from grader.build_errors import BuildError
+from grader.check import Mismatch
 from grader.discover import Exercise, Track
-
-
-class LoadError(RuntimeError):
-    """The submission could not be imported, or lacks an entry point; written for the learner."""
+from grader.pyfile import LoadError, import_file
+from grader.reference import load_reference
+from grader.settings import current
 
 
 class Impl(SimpleNamespace):
@@ -44,7 +43,6 @@ class Impl(SimpleNamespace):
 
     def opcheck(self, qualname: str, args: tuple, kwargs: dict | None = None) -> None:
         import torch
-        from grader.check import Mismatch
         op = self.op(qualname)
         overload = op.default if hasattr(op, "default") else op
         try:
@@ -55,7 +53,6 @@ class Impl(SimpleNamespace):
 
     def compiled(self, entry: str, *args, wrap: str | None = None):
         import torch
-        from grader.check import Mismatch
         fn = getattr(self, entry)
         if wrap is not None:
             fn = getattr(self._reference, wrap)(fn)
@@ -113,41 +110,16 @@ def _load(tree: Path, exercise: Exercise, track: Track) -> Impl:
                 raise LoadError(f"no operator {track.ops_namespace}::{name} is registered: "
                                 f"check the TORCH_LIBRARY({track.ops_namespace}, m) block and "
                                 f"its m.def(\"{name}(...) -> ...\")") from None
-    from grader.reference import load_reference
     return Impl(**entry, _built=built, _module=module, _folder=folder,
                 _reference=load_reference(exercise))
 
 
-def build_mode() -> str:
-    """How C++/CUDA sources become a library: "jit" (torch.utils.cpp_extension.load, the
-    default) or "aot" (a setup.py-style build loaded as a shipped binary); GRADER_BUILD picks,
-    and `grade --build` / `make ... BUILD=` set it."""
-    return os.environ.get("GRADER_BUILD", "").strip().lower() or "jit"
-
-
 def _build(tree: Path, exercise: Exercise, track: Track) -> Built:
-    mode = build_mode()
+    """How C++/CUDA sources become a library (Settings.build): "jit" (torch.utils.cpp_extension
+    .load, the default) or "aot" (a setup.py-style build loaded as a shipped binary)."""
+    mode = current().build
     if mode == "jit":
         return build(tree, exercise, track)
     if mode == "aot":
         return load_aot(tree, exercise, track)
-    raise BuildError(f"GRADER_BUILD={os.environ.get('GRADER_BUILD')!r}: use jit or aot")
-
-
-def import_file(path: Path, name: str):
-    """Import one file as module `name`; a failure is a LoadError naming the file and line."""
-    sys.dont_write_bytecode = True  # leave no __pycache__ in the learner's tree
-    sys.path.insert(0, str(path.parent))  # sibling imports of the track folder work
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[name]
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
-        where = f"{path.name}:{frames[-1].lineno}: " if frames else ""
-        if isinstance(e, SyntaxError) and e.filename == str(path):
-            where = f"{path.name}:{e.lineno}: "
-        raise LoadError(f"importing {path.name} failed: {where}{type(e).__name__}: {e}") from None
-    return module
+    raise BuildError(f"build mode {mode!r}: use jit or aot")

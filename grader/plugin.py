@@ -21,8 +21,13 @@ import pytest
 import torch
 
 from grader import check
-from grader.discover import ROOT, load_exercise
+from grader.discover import load_exercise
+from grader.paths import ROOT
+from grader.proxy import RemoteImpl, Session, SubmissionDied, sanitizer_findings
+from grader.reference import load_reference
 from grader.results import Recorder
+from grader.settings import current
+from grader.trust import poison_fresh_memory
 
 HAS_GPU = torch.cuda.is_available()
 NEEDS_GPU = "needs a GPU"
@@ -32,7 +37,7 @@ STICKY = re.compile(r"illegal memory access|device-side assert|unspecified launc
 NOT_IMPLEMENTED = re.compile(r"not implemented yet", re.I)
 record = None  # the Recorder, set in pytest_configure
 SESSION = None  # the submission's process (grader.proxy.Session), started once per judge
-PRESTARTED = None  # a runner the judge started before importing torch (grader.spawn), if any
+PRESTARTED = None  # that process, if the judge started it before importing torch (grader.launch)
 OWN_WORK = "grader::own_work"  # the check that the submission's own kernels did the work
 
 
@@ -50,7 +55,6 @@ def pytest_configure(config):
         config.addinivalue_line("markers", line)
     global record
     record = Recorder(config.getoption("--events"))
-    from grader.trust import poison_fresh_memory
     poison_fresh_memory()  # an unwritten element reads NaN
     from hypothesis import HealthCheck, Phase, settings
     # database=None: no example database. A verdict must not depend on what earlier grades (of
@@ -69,7 +73,7 @@ def pytest_configure(config):
     # QUICK=1 (make exercise-NN QUICK=1): a few examples per property check, for the edit loop
     settings.register_profile("grader-quick", max_examples=3, phases=no_shrink, **common)
     settings.load_profile("grader-ci" if os.environ.get("CI") else
-                          "grader-quick" if os.environ.get("GRADER_QUICK") else
+                          "grader-quick" if current().quick else
                           "grader-gpu" if HAS_GPU else "grader-cpu")
 
 
@@ -109,7 +113,7 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("timeout") is None:
             # a backstop: the proxy stops waiting for the submission at the check's limit first
             item.add_marker(pytest.mark.timeout(check_limit(exercise) + 60, method="thread"))
-    if os.environ.get("GRADER_REPRO"):
+    if current().repro:
         chosen = _repro(keep)
         drop += [i for i in keep if i not in chosen]
         keep = chosen
@@ -119,7 +123,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def check_limit(exercise) -> int:
-    return int(os.environ.get("GRADER_CHECK_TIMEOUT", exercise.test_timeout_s))
+    return int(current().check_timeout or exercise.test_timeout_s)
 
 
 def _category(item) -> str:
@@ -188,7 +192,7 @@ def _repro_command(item, blob: str) -> str:
 
 def _repro(items) -> list:
     """REPRO=check@blob (make exercise-NN REPRO=...): only that check, on that one example."""
-    name, _, blob = os.environ.get("GRADER_REPRO", "").partition("@")
+    name, _, blob = current().repro.partition("@")
     chosen = [i for i in items if _short(i.nodeid) == name]
     if not chosen:
         reason = (f"REPRO: no check named {name!r} here; the checks are: "
@@ -198,16 +202,15 @@ def _repro(items) -> list:
     import hypothesis
     for item in chosen:
         if hasattr(item.obj, "hypothesis"):  # a property check: that example, not new ones
-            item.obj._hypothesis_internal_use_reproduce_failure = (hypothesis.__version__, blob)
+            item.obj = hypothesis.reproduce_failure(hypothesis.__version__, blob)(item.obj)
     return chosen
 
 
 def _explain(exc: BaseException, item) -> dict:
-    from grader.proxy import RunnerDied
     tree = Path(item.config.getoption("--tree")).resolve()
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if Path(f.filename).resolve().is_relative_to(tree)]
-    if isinstance(exc, RunnerDied):
+    if isinstance(exc, SubmissionDied):
         return {"type": "crashed", "message": exc.reason, "notes": [], "crashed": True,
                 "not_implemented": False, "sticky": False}
     message = str(exc) if not isinstance(exc, AssertionError) or str(exc) else "assertion failed"
@@ -291,10 +294,9 @@ def _record_trust(s) -> None:
     if s.attempts:
         record(event="tampering", paths=s.attempts)
     if s.sanitizer is not None:
-        from grader.proxy import sanitizer_findings
         s.close()
         log = s.log_path.read_text(errors="replace") if s.log_path.exists() else ""
-        record(event="sanitizer", tool=os.environ.get("GRADER_SANITIZE"),
+        record(event="sanitizer", tool=current().sanitize,
                unavailable=s.sanitizer if isinstance(s.sanitizer, str) else None,
                findings=sanitizer_findings(log))
 
@@ -315,7 +317,6 @@ def open_session(tree: Path, exercise, track):
     """Start the submission's process and build/import the track there (once per judge)."""
     global SESSION
     if SESSION is None:
-        from grader.proxy import Session
         SESSION = Session(tree, exercise, track, timeout_s=check_limit(exercise),
                           started=PRESTARTED)
         SESSION.loaded = SESSION.request("load", timeout_s=exercise.timeout_s)
@@ -325,10 +326,9 @@ def open_session(tree: Path, exercise, track):
 @pytest.fixture(scope="module")
 def impl(request, exercise, track):
     """The submission's entry points: a proxy whose calls run in the submission's process."""
-    from grader.proxy import RemoteImpl, RunnerDied
     try:
         s = open_session(Path(request.config.getoption("--tree")), exercise, track)
-    except RunnerDied as e:
+    except SubmissionDied as e:
         pytest.fail(e.reason, pytrace=False)
     if not s.loaded.get("built"):
         err = s.loaded.get("error") or {}
@@ -340,7 +340,6 @@ def impl(request, exercise, track):
 @pytest.fixture(scope="module")
 def ref(exercise):
     """The exercise's reference.py, imported."""
-    from grader.reference import load_reference
     return load_reference(exercise)
 
 

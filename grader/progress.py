@@ -1,13 +1,13 @@
 """Progress: what each track is doing while the learner waits (building which files, check n of
 m, timing), read from the worker's event log as it grows.
 
-On a terminal: one line, rewritten in place twice a second. Elsewhere (CI, Gradescope, a pipe):
-a plain line when a track moves to its next stage, never a stream of counters.
+On a terminal: a live display (rich), one line per running track, redrawn twice a second, with
+the grade's own lines printed above it. Elsewhere (CI, Gradescope, a pipe): a plain line when a
+track moves to its next stage, never a stream of counters.
 """
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -15,7 +15,8 @@ from pathlib import Path
 
 
 class _Track:
-    def __init__(self, label: str, events: Path, phase: str, sources: tuple):
+    def __init__(self, label: str, events: Path, phase: str, sources: tuple, aot: bool):
+        self.aot = aot
         self.label, self.events, self.phase, self.sources = label, events, phase, sources
         self.start = time.monotonic()
         self.offset = 0
@@ -52,7 +53,7 @@ class _Track:
         clock = "" if plain else f" {time.monotonic() - self.start:.0f} s"
         if self.phase != "checks":
             return "timing", f"{self.label} timing{clock}"
-        aot = self.sources and os.environ.get("GRADER_BUILD", "").strip().lower() == "aot"
+        aot = self.sources and self.aot
         if self.built is None:
             what = ("loading the library built ahead of time" if aot
                     else f"building {', '.join(self.sources)}" if self.sources
@@ -68,18 +69,24 @@ class _Track:
 
 
 class Progress:
-    """Shared by the tracks of one `grade` (they may run side by side)."""
+    """Shared by the tracks of one grade (they may run side by side)."""
 
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stdout
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+    def __init__(self, stream=None, *, aot: bool = False):
+        from rich.console import Console
+        from rich.live import Live
+        self.console = Console(file=stream or sys.stdout, highlight=False)
+        self.tty = self.console.is_terminal
+        self.live = Live(console=self.console, transient=True, auto_refresh=False,
+                         redirect_stdout=False) if self.tty else None
+        self.aot = aot  # --build aot: a track's library is loaded, not built
         self.tracks: dict[str, _Track] = {}
         self.lock = threading.Lock()
-        self.width = 0
 
     def begin(self, label: str, events: Path, phase: str, sources=()) -> None:
         with self.lock:
-            self.tracks[label] = _Track(label, events, phase, tuple(sources))
+            self.tracks[label] = _Track(label, events, phase, tuple(sources), self.aot)
+            if self.live is not None and not self.live.is_started:
+                self.live.start()
 
     def tick(self, label: str) -> None:
         with self.lock:
@@ -88,14 +95,14 @@ class Progress:
                 return
             t.read()
             stage, text = t.status(plain=not self.tty)
-            if self.tty:
+            if self.live is not None:
                 self._draw()
             elif stage != t.stage and stage != "collecting":
                 t.stage = stage
-                print(text, file=self.stream, flush=True)
+                self.console.print(text, markup=False, soft_wrap=True)
 
     def loaded(self, label: str) -> bool:
-        """Has the track's checks worker reported its build (the track is loaded, or failed)?"""
+        """Has the track's checks judge reported its build (the track is loaded, or failed)?"""
         with self.lock:
             t = self.tracks.get(label)
             return t is not None and t.phase == "checks" and t.built is not None
@@ -103,28 +110,17 @@ class Progress:
     def end(self, label: str) -> None:
         with self.lock:
             self.tracks.pop(label, None)
-            if self.tty:
+            if self.live is not None:
                 self._draw()
+                if not self.tracks and self.live.is_started:
+                    self.live.stop()
 
     def print(self, text: str) -> None:
-        """A line of the grade's own output: above the progress line, which is drawn again."""
+        """A line of the grade's own output: above the live display, which stays below it."""
         with self.lock:
-            self._clear()
-            print(text, file=sys.stdout, flush=True)
-            if self.tty:
-                self._draw()
-
-    def _clear(self) -> None:
-        if self.tty and self.width:
-            self.stream.write("\r" + " " * self.width + "\r")
-            self.stream.flush()
-            self.width = 0
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def _draw(self) -> None:
-        line = " · ".join(t.status()[1] for t in self.tracks.values())[:160]
-        if not line:
-            self._clear()
-            return
-        self.stream.write("\r" + line.ljust(self.width))
-        self.stream.flush()
-        self.width = len(line)
+        from rich.text import Text
+        self.live.update(Text("\n".join(t.status()[1] for t in self.tracks.values())),
+                         refresh=True)

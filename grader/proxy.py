@@ -1,15 +1,15 @@
-"""Proxy: the `impl` the checks call, in the trusted process; every call runs in the submission's
-process (grader.runner) and only data comes back.
+"""Proxy: the `impl` the checks call, in the judge; every call runs in the submission's process
+(grader.submission) and only data comes back.
 
-    session = Session(tree, exercise, track)   # starts the runner: build + import there
+    session = Session(tree, exercise, track)   # starts the submission's process
     impl = RemoteImpl(session)                 # impl.add(x, y), impl.op(...), impl.opcheck(...)
 
 A call sends transfer copies of the tensor arguments (shared, not copied again: CUDA IPC on the
-GPU), waits for the runner under the check's time limit, copies the outputs into this process's
-own memory at once (so nothing the runner does later can change them), and writes back any
+GPU), waits for the submission's process under the check's time limit, copies the outputs into this process's
+own memory at once (so nothing the submission's process does later can change them), and writes back any
 argument the op modified (an in-place op stays in-place, and `call_checked` still sees a
 modified input). When an argument requires grad the call is an autograd.Function here whose
-backward is another call: the graph stays in the runner.
+backward is another call: the graph stays in the submission's process.
 
 Every call comes back with evidence (the ATen ops and kernels it used, their streams); the
 trust rules (grader.trust) turn it into a failed check: delegation, a side stream.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import weakref
@@ -27,12 +28,15 @@ import torch
 
 from grader import seam, trust
 from grader.check import Mismatch, note_call
+from grader.launch import key, start_submission
+from grader.results import describe_exit
+from grader.settings import current
 
 _BUILTIN = {c.__name__: c for c in (NotImplementedError, ValueError, TypeError, IndexError,
                                     AssertionError, RuntimeError)}
 
 
-class RunnerDied(BaseException):
+class SubmissionDied(BaseException):
     """The submission's process ended (crash, exit, timeout): this check, and the rest, fail.
 
     Not an Exception: a check that accepts a refusal (`except (RuntimeError, ValueError)`) must
@@ -43,7 +47,7 @@ class RunnerDied(BaseException):
         self.reason, self.log = reason, log
 
 
-def _raise(err: dict):
+def raise_remote(err: dict):
     """Re-raise, here, an exception the submission's op raised there: the same built-in base
     (so a check expecting a RuntimeError or ValueError sees one), its type's name, message and
     notes, and where in the learner's file it was raised."""
@@ -58,33 +62,32 @@ def _raise(err: dict):
 
 
 class Session:
-    """One runner process for one (tree, exercise, track); the evidence it reported so far."""
+    """The submission's process for one (tree, exercise, track), and what it reported so far."""
 
     def __init__(self, tree: Path, exercise, track, *, timeout_s: float = 600, protect=(),
                  started=None):
-        from grader import spawn
         self.exercise, self.track = exercise, track
         self.tree = Path(tree).resolve()
         self.timeout_s = timeout_s
         self.violations: list[str] = []   # delegation / side-stream findings, first few
-        self.attempts: list[str] = []     # writes into the repository the runner tried
+        self.attempts: list[str] = []     # writes into the repository the submission tried
         self.calls = 0
         self.ok_calls = 0
         self.stub_seen = False  # a check failed on "not implemented yet"
-        self.dead: RunnerDied | None = None
+        self.dead: SubmissionDied | None = None
         self._release: list[int] = []  # graphs the judge no longer holds: freed with the next request
-        tool = os.environ.get("GRADER_SANITIZE")  # memcheck, racecheck, initcheck, synccheck
+        tool = current().sanitize  # memcheck, racecheck, initcheck, synccheck
         self.sanitizer = sanitizer_command(tool) if tool else None
-        # A process the judge started before importing torch (grader.spawn) is adopted when it
+        # A process the judge started before importing torch (grader.launch) is adopted when it
         # was started for exactly this; under a sanitizer the command differs: start afresh.
-        if started is not None and (tool or started.key != spawn.key(
+        if started is not None and (tool or started.key != key(
                 self.tree, exercise.id, track.name, protect)):
             _kill(started.proc)
             started = None
         if started is None:
-            started = spawn.start_runner(self.tree, exercise.id, track.name, protect,
-                                         self.sanitizer if isinstance(self.sanitizer, list)
-                                         else None)
+            started = start_submission(self.tree, exercise.id, track.name, protect,
+                                       self.sanitizer if isinstance(self.sanitizer, list)
+                                       else None)
         self.proc, self.conn = started.proc, started.conn
         self.scratch, self.log_path = started.scratch, started.log_path
         weakref.finalize(self, _kill, self.proc)
@@ -124,20 +127,19 @@ class Session:
             _kill(self.proc)
             code = self.proc.wait()
         if reason is None:
-            from grader.results import describe_exit
             reason = describe_exit(code, None, "") or "the submission's process ended"
         log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         cuda = re.search(r"CUDA error: ([^\n]+)", log)
         if cuda and "CUDA error" not in reason:  # what broke the context, before it crashed
             reason += f" after CUDA error: {cuda.group(1).strip()}"
-        self.dead = RunnerDied(reason, log)
+        self.dead = SubmissionDied(reason, log)
         raise self.dead
 
     def close(self) -> None:
         if self.dead is None and self.proc.poll() is None:
             try:
                 self.request("exit", timeout_s=10)
-            except RunnerDied:
+            except SubmissionDied:
                 pass
         _kill(self.proc)
 
@@ -148,7 +150,8 @@ class Session:
         if not observed:
             return
         for kind, why in ((trust.Delegation, trust.delegation(observed, self.exercise,
-                                                               self.track, what=what)),
+                                                               self.track, what=what,
+                                                               sanitized=self.sanitizer is not None)),
                           (trust.SideStream, trust.side_stream(observed, what=what))):
             if why:
                 if len(self.violations) < 5 and why not in self.violations:
@@ -158,7 +161,6 @@ class Session:
 
 def sanitizer_command(tool: str):
     """compute-sanitizer's command line for `tool`, or a one-line reason it cannot run here."""
-    import shutil
     if tool not in ("memcheck", "racecheck", "initcheck", "synccheck"):
         return (f"SANITIZE={tool}: not a compute-sanitizer tool (memcheck, racecheck, initcheck, "
                 f"synccheck)")
@@ -170,7 +172,7 @@ def sanitizer_command(tool: str):
         return "compute-sanitizer is not installed here (it ships with the CUDA toolkit)"
     if not torch.cuda.is_available():
         return "compute-sanitizer needs a GPU: there is none here"
-    # application-only: the runner's own kernels; the child processes of a build (ninja, nvcc,
+    # application-only: the submission's process's own kernels; the child processes of a build (ninja, nvcc,
     # the host compiler) run unsanitized (under the default, `all`, torch's `ninja --version`
     # probe failed on the H200 machine and the build reported "Ninja is required")
     return [exe, "--tool", tool, "--target-processes", "application-only", "--print-limit", "10",
@@ -178,7 +180,7 @@ def sanitizer_command(tool: str):
 
 
 def sanitizer_findings(log: str, limit: int = 12) -> list[str]:
-    """compute-sanitizer's reports in the runner's output: the error lines and where (with
+    """compute-sanitizer's reports in the submission's process's output: the error lines and where (with
     -lineinfo, the learner's file:line)."""
     lines = [l.removeprefix("========= ").rstrip() for l in log.splitlines()
              if l.startswith("=========") and l.strip("= ").strip()]
@@ -230,7 +232,7 @@ def _write_back(pairs) -> None:
 
 
 def _receive(out):
-    """Outputs into this process's own memory, now (a later change in the runner is ignored)."""
+    """Outputs into this process's own memory, now (a later change in the submission's process is ignored)."""
     if out is None:
         return None
     if not isinstance(out, torch.Tensor):
@@ -239,7 +241,7 @@ def _receive(out):
 
 
 def remote_call(session: Session, target, args, kwargs=None, *, what: str, names=None):
-    """Call `target` in the runner with `args`; autograd-aware. `names`: the parameters' names,
+    """Call `target` in the submission's process with `args`; autograd-aware. `names`: the parameters' names,
     for feedback about the arguments."""
     kwargs = kwargs or {}
     note_call(args, names)
@@ -255,12 +257,12 @@ def remote_call(session: Session, target, args, kwargs=None, *, what: str, names
 def _call(session, target, args, kwargs, grad, what):
     sent, pairs = _send_args(args)
     if any(c.is_cuda for _, c in pairs):
-        torch.cuda.synchronize()  # the transfer copies are complete before the runner reads them
+        torch.cuda.synchronize()  # the transfer copies are complete before the submission's process reads them
     reply = session.request("call", target=target, args=sent, kwargs=kwargs, grad=grad)
     session.calls += 1
     if not reply.get("ok"):
         _write_back(pairs)
-        _raise(reply.get("error") or {})
+        raise_remote(reply.get("error") or {})
     session.judge(reply.get("observed"), what)
     session.ok_calls += 1
     if reply.get("bad_output"):
@@ -279,7 +281,7 @@ def _call(session, target, args, kwargs, grad, what):
 
 
 class _RemoteFunction(torch.autograd.Function):
-    """Forward: a call in the runner, which keeps the graph; backward: another call."""
+    """Forward: a call in the submission's process, which keeps the graph; backward: another call."""
 
     @staticmethod
     def forward(ctx, session, target, args, kwargs, grad, what, meta, *tensors):
@@ -287,7 +289,7 @@ class _RemoteFunction(torch.autograd.Function):
         meta["single"] = bool(reply.get("single"))
         outs = (result,) if meta["single"] else tuple(result)
         ctx.session, ctx.graph, ctx.what, ctx.n_in = session, reply.get("graph"), what, len(tensors)
-        if ctx.graph is not None:  # the runner keeps the graph as long as this node lives
+        if ctx.graph is not None:  # the submission's process keeps the graph as long as this node lives
             weakref.finalize(ctx, session._release.append, ctx.graph)
         diff = reply.get("differentiable") or []
         nondiff = [o for o, d in zip(outs, diff) if isinstance(o, torch.Tensor) and not d]
@@ -304,7 +306,7 @@ class _RemoteFunction(torch.autograd.Function):
                                     grads=[seam.transfer_copy(g) if g is not None else None
                                            for g in gouts])
         if not reply.get("ok"):
-            _raise(reply.get("error") or {})
+            raise_remote(reply.get("error") or {})
         ctx.session.judge(reply.get("observed"), f"the backward of {ctx.what}")
         grads = [_receive(g) for g in reply["grads"]]
         return (None,) * 7 + tuple(grads)
@@ -312,7 +314,7 @@ class _RemoteFunction(torch.autograd.Function):
 
 class RemoteImpl:
     """What the checks call: the track's entry points, plus op / opcheck / compiled (see
-    grader.loader.Impl for the same interface in one process)."""
+    grader.loader.Impl: the same interface, in the submission's process)."""
 
     def __init__(self, session: Session):
         self._session = session
@@ -346,17 +348,17 @@ class RemoteImpl:
         reply = self._session.request("opcheck", qualname=qualname, args=sent,
                                       kwargs=dict(kwargs or {}))
         if not reply.get("ok"):
-            _raise(reply.get("error") or {})
+            raise_remote(reply.get("error") or {})
 
     def run(self, procedure: str, *args):
-        """reference.<procedure>(impl, *args), run beside the submission (see runner.do_run);
+        """reference.<procedure>(impl, *args), run beside the submission (grader.submission.SubmissionServer.do_run);
         returns its data, tensors copied into this process."""
         sent, _ = _send_args(args)
         if any(isinstance(t, torch.Tensor) and t.is_cuda for t in seam.tensors_in(sent)):
             torch.cuda.synchronize()
         reply = self._session.request("run", name=procedure, args=sent)
         if not reply.get("ok"):
-            _raise(reply.get("error") or {})
+            raise_remote(reply.get("error") or {})
         return seam.tree_map(lambda v: _receive(v) if isinstance(v, torch.Tensor) else v,
                              reply["value"])
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import cache
 
 from grader.discover import Exercise
+from grader.pyfile import import_file
 
 
 def load_reference(exercise: Exercise):
@@ -15,5 +16,4 @@ def load_reference(exercise: Exercise):
 
 @cache
 def _load(folder):
-    from grader.loader import import_file
     return import_file(folder / "reference.py", f"reference_{folder.name}")

@@ -1,16 +1,52 @@
-"""Report: the terminal scorecard, the per-track feedback, and Gradescope's results.json."""
+"""Report: the terminal scorecard and the per-track feedback, and Gradescope's results.json and
+JUnit XML (the same figures, for a course's tools)."""
 from __future__ import annotations
 
+import io
 import json
 import textwrap
 from pathlib import Path
 
 from grader.discover import Exercise
+from grader.paths import ROOT
 from grader.results import TrackResult
 from grader.score import Score
 from grader.timing import CEILINGS
 
 DASH = "—"
+
+
+def write_reports(grade, *, full: bool, repro: str | None = None, json_path=None,
+                  junit_path=None) -> str:
+    """The scorecard and feedback a learner reads (returned), and the files asked for:
+    Gradescope's results.json and JUnit XML. `grade`: a grader.grade.Grade."""
+    rel = grade.tree.relative_to(ROOT) if grade.tree.is_relative_to(ROOT) else grade.tree
+    table = scorecard(grade.rows, title=f"Scorecard for {rel}  ({_machine(grade.gpu)})")
+    notes = [n for n in (feedback(ex, r, s, full=full) for ex, r, s in grade.rows) if n]
+    out = ["", table] + (["", "\n\n".join(notes)] if notes else [])
+    if repro:
+        out.append(f"\nREPRO: only {repro.partition('@')[0]} ran, on its failing example; the "
+                   f"points above are not a score (run without REPRO for that)")
+    if json_path:
+        write_json(Path(json_path), gradescope(grade.rows, seconds=grade.seconds, summary=table))
+        out.append(f"\nresults.json (Gradescope format): {json_path}")
+    if junit_path:
+        Path(junit_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(junit_path).write_text(junit(grade.rows, seconds=grade.seconds))
+        out.append(f"JUnit XML: {junit_path}")
+    return "\n".join(out)
+
+
+def _machine(gpu: str | None) -> str:
+    import torch
+    try:
+        import triton
+        tv = triton.__version__
+    except ImportError:
+        tv = "not installed"
+    where = gpu or ("no GPU: Triton tracks run on the interpreter (small shapes); CUDA tracks "
+                    "are built, and their GPU checks reported as 'needs a GPU'")
+    return f"{where}; torch {torch.__version__}, triton {tv}"
 
 
 HOST_BOUND_HINT = ("host-bound: enqueuing one call costs more CPU time than the GPU spends on it, "
@@ -51,7 +87,7 @@ def _checks_cell(r: TrackResult, category: str) -> str:
     return cell
 
 
-def _perf_cell(r: TrackResult) -> str:
+def _perf_cell(r: TrackResult, s: Score) -> str:
     p = r.performance
     if p is None:
         return DASH if not r.build.get("ok") else "not measured"
@@ -72,26 +108,30 @@ def _perf_cell(r: TrackResult) -> str:
 
 
 def scorecard(rows: list[tuple[Exercise, TrackResult, Score]], *, title: str) -> str:
-    header = ("#", "exercise", "track", "build", "correctness", "gradcheck", "performance", "points")
-    table = [header]
+    """The table a learner reads first: one row per track, then the total (rich renders it;
+    plain text, so the same table goes into results.json and a log)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("#", "exercise", "track", "build", "correctness", "gradcheck", "performance",
+                 "points"):
+        table.add_column(name, overflow="fold")
     total = maximum = 0.0
     for ex, r, s in rows:
-        table.append((ex.number, ex.name, r.track, _build_cell(r), _checks_cell(r, "correctness"),
-                      _checks_cell(r, "gradcheck"), _perf_cell(r),
-                      f"{s.total:.1f}/{s.max_points}"))
+        table.add_row(ex.number, ex.name, r.track, _build_cell(r), _checks_cell(r, "correctness"),
+                      _checks_cell(r, "gradcheck"), _perf_cell(r, s),
+                      f"{s.total:.1f}/{s.max_points}")
         total += s.total
         maximum += s.max_points
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
-    lines = [title, ""]
-    for i, row in enumerate(table):
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    lines.append(f"\ntotal: {total:.1f} / {maximum:.0f} points")
-    return "\n".join(lines)
+    console = Console(width=200, color_system=None, force_terminal=False, record=True,
+                      file=io.StringIO())
+    console.print(table)
+    text = "\n".join(line.rstrip() for line in console.export_text().splitlines())
+    return f"{title}\n\n{text.strip()}\n\ntotal: {total:.1f} / {maximum:.0f} points"
 
 
-def feedback(ex: Exercise, r: TrackResult, *, full: bool = False) -> str:
+def feedback(ex: Exercise, r: TrackResult, s: Score, *, full: bool = False) -> str:
     """What a learner reads under the table: where to start, what failed, and why."""
     head = f"{ex.number} {ex.name} [{r.track}]"
     track = ex.tracks[r.track]
@@ -136,7 +176,7 @@ def feedback(ex: Exercise, r: TrackResult, *, full: bool = False) -> str:
                        "\"your kernels do the work\" was checked for PyTorch ops only)")
     p = r.performance
     if p and p.get("status") in ("measured", "rejected"):
-        text = performance_text(p) if full else performance_line(p)
+        text = performance_text(p, s) if full else performance_line(p, s)
         out.append(f"{head}: performance\n{_indent(text)}")
         if any(f.get("host_bound") for f in p.get("figures", {}).values()):
             out.append(_indent(HOST_BOUND_HINT))
@@ -145,7 +185,7 @@ def feedback(ex: Exercise, r: TrackResult, *, full: bool = False) -> str:
     return "\n".join(out)
 
 
-def performance_line(p: dict) -> str:
+def performance_line(p: dict, s: Score) -> str:
     """One line per mode: time, fraction of the ceiling, speedup over each baseline."""
     lines = []
     for mode, f in p["figures"].items():
@@ -153,13 +193,13 @@ def performance_line(p: dict) -> str:
         frac = f", {100 * f['fraction']:.0f}% of {p['ceiling_name']}" if f.get("fraction") else ""
         host = f", host {f['host_ms'] * 1e3:.0f} us/call" if f.get("host_ms") is not None else ""
         lines.append(f"{mode}: {f['ms'] * 1e3:.1f} us{frac}{host}; {speed}")
-    if p.get("credit") is not None:
-        lines.append(f"performance credit {100 * p['credit']:.0f}%" +
+    if s.credit is not None:
+        lines.append(f"performance credit {100 * s.credit:.0f}%" +
                      "".join(f"; warning: {w}" for w in p.get("warnings", [])))
     return "\n".join(lines)
 
 
-def performance_text(p: dict) -> str:
+def performance_text(p: dict, s: Score) -> str:
     lines = [f"case {p['case']} {p['dtype']}; ceiling: {p['ceiling_name']} "
              f"{p['ceiling_value']:.4g} {p['ceiling_unit']} (measured on this GPU)"]
     for mode, f in p["figures"].items():
@@ -181,7 +221,7 @@ def performance_text(p: dict) -> str:
                              f"{f['speedup'][name]:.2f}x")
             else:
                 lines.append(f"    vs {name}: {b.get('error', 'did not run')}")
-    for t in p.get("thresholds", []):
+    for t in s.thresholds:
         lines.append(f"threshold {t['label']}: {t['value_text']} (pass {t['pass']}, full "
                      f"{t['full']}) -> {100 * t['credit']:.0f}% credit")
     if p.get("warnings"):
@@ -220,7 +260,7 @@ def gradescope(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: floa
             tests.append({"name": f"{label} performance", "score": round(s.performance, 4),
                           "max_score": ex.points["performance"],
                           "status": "passed" if s.performance > 0 else "failed",
-                          "output": performance_text(p) if p.get("status") in
+                          "output": performance_text(p, s) if p.get("status") in
                           ("measured", "rejected") else p.get("status", "not measured")})
         if r.tampering:
             tests.append({"name": f"{label} tampering", "score": 0, "max_score": 0,
@@ -275,7 +315,7 @@ def junit(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: float) ->
                                  name="performance")
             p = r.performance or {}
             if p.get("status") in ("measured", "rejected"):
-                text = performance_text(p)
+                text = performance_text(p, s)
                 if s.performance <= 0:
                     ET.SubElement(case, "failure", message="no performance credit",
                                   type="performance").text = text

@@ -1,6 +1,6 @@
-"""Results: what grading one track found, rebuilt from the worker's event log.
+"""Results: what grading one track found, rebuilt from the judge's event log.
 
-The worker appends JSON lines (build, collected, start, result, checks, performance, done);
+The judge (grader.judge) appends JSON lines (build, collected, start, result, checks, performance, done);
 `from_events` turns them, plus how the process ended, into a `TrackResult`. A check that was
 started and never reported is the one that crashed or hung; checks never started are "not run".
 """
@@ -41,7 +41,7 @@ class TrackResult:
     tree: str
     build: dict = field(default_factory=dict)   # ok, stage, seconds, rebuilt, message
     checks: list = field(default_factory=list)  # [Check]
-    ended: str = ""               # "" when the worker finished; else why it did not
+    ended: str = ""               # "" when the judge finished; else why it did not
     stopped: str = ""             # the checks stopped early (a broken CUDA context)
     performance: dict | None = None
     gpu: str | None = None
@@ -115,7 +115,7 @@ def describe_exit(returncode: int | None, timed_out: float | None, log: str) -> 
 
 
 def crash_excerpt(log: str, limit: int = 30) -> str:
-    """What a learner needs from a dead worker's output: the fatal error and the innermost
+    """What a learner needs from a dead judge's output: the fatal error and the innermost
     frames of the thread that died (faulthandler prints them), else the log's last lines."""
     lines = log.splitlines()
     fatal = next((i for i, l in enumerate(lines) if l.startswith(("Fatal Python error", "+++"))), None)
@@ -142,7 +142,7 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
     ended = ""
     for e in events:
         kind = e.get("event")
-        if kind == "worker":
+        if kind == "judge":
             result.gpu = e.get("gpu")
         elif kind == "build":
             result.build = {k: v for k, v in e.items() if k not in ("event", "t")}
@@ -182,7 +182,7 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
         elif kind == "done":
             finished = True
     result.ended = ended or ("" if finished else (describe_exit(returncode, timed_out, log)
-                                                  or "the worker stopped before finishing"))
+                                                  or "the judge stopped before finishing"))
     if result.ended and result.build.get("ok"):
         for test_id in started:
             c = checks.get(test_id)

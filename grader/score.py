@@ -1,16 +1,18 @@
-"""Score: turn a TrackResult into points, and a measured figure into performance credit.
+"""Score: turn a TrackResult into points. The one place credit is computed, in the parent.
 
 Correctness and gradcheck points are proportional to the checks passed in each category (a
-check that needs a GPU and did not run earns nothing, and says so). Performance credit is 0
-below a threshold's `pass`, 1 at or above its `full`, and linear between them; with several
-thresholds the track earns their mean.
+check that needs a GPU and did not run earns nothing, and says so). Performance credit comes from
+the figures the timing judge recorded (grader.measure): 0 below a threshold's `pass`, 1 at or
+above its `full`, and linear between them; with several thresholds the track earns their mean. A
+problem found while timing, or an impossible figure, earns nothing. Tampering scores 0.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grader.discover import Exercise, Threshold
 from grader.results import TrackResult
+from grader.timing import CEILINGS
 
 
 def credit(value: float | None, pass_at: float, full_at: float) -> float:
@@ -25,7 +27,6 @@ def credit(value: float | None, pass_at: float, full_at: float) -> float:
 def performance_credit(exercise: Exercise, figures: dict, problem: str | None):
     """(one row per threshold, the mean credit). A problem (an output after timing that is not
     this call's answer, delegation, ...) or an impossible figure earns nothing."""
-    from grader.timing import CEILINGS
     label = CEILINGS[exercise.benchmark.ceiling].label
     rows, credits = [], []
     for th in exercise.benchmark.thresholds:
@@ -43,7 +44,7 @@ def performance_credit(exercise: Exercise, figures: dict, problem: str | None):
 
 
 def threshold_value(t: Threshold, figures: dict) -> float | None:
-    """The figure a threshold reads from a track's measured figures (see grader.benchmark)."""
+    """The figure a threshold reads from a track's measured figures (grader.measure)."""
     mode = figures.get(t.mode) or {}
     if t.metric == "fraction_of_ceiling":
         return mode.get("fraction")
@@ -56,6 +57,8 @@ class Score:
     gradcheck: float
     performance: float
     max_points: int
+    thresholds: list = field(default_factory=list)  # performance_credit's rows, when measured
+    credit: float | None = None                     # the performance credit (0..1), when measured
 
     @property
     def total(self) -> float:
@@ -74,8 +77,11 @@ def score(exercise: Exercise, result: TrackResult) -> Score:
             return 0.0
         return pts[category] * result.count(category, "passed") / total
 
+    p = result.performance or {}
+    rows, earned = [], None
+    if exercise.benchmark is not None and p.get("status") in ("measured", "rejected"):
+        rows, earned = performance_credit(exercise, p.get("figures") or {}, p.get("problem"))
     perf = 0.0
-    if built and result.all_correct and result.performance and \
-            result.performance.get("credit") is not None:
-        perf = pts["performance"] * result.performance["credit"]
-    return Score(share("correctness"), share("gradcheck"), perf, sum(pts.values()))
+    if built and result.all_correct and earned is not None:
+        perf = pts["performance"] * earned
+    return Score(share("correctness"), share("gradcheck"), perf, sum(pts.values()), rows, earned)

@@ -1,11 +1,11 @@
-"""Seam: the wire between the trusted checks (the judge) and the submission's process (the runner).
+"""Seam: the wire between the judge (the trusted checks) and the submission's process.
 
 Messages are pickled with torch's ForkingPickler, so tensors travel as shared memory: CUDA tensors
 as CUDA IPC handles (no copy), CPU tensors as shared-memory files. Pickle from an untrusted
-process is code execution, so the judge reads the runner's messages with `SafeUnpickler`: only
+process is code execution, so the judge reads the submission's process's messages with `SafeUnpickler`: only
 plain data and the handful of torch functions that rebuild a shared tensor may appear in them.
 
-Tensors sent to the runner are transfer copies (`transfer_copy`): the runner never holds the
+Tensors sent to the submission's process are transfer copies (`transfer_copy`): the submission's process never holds the
 judge's own tensors, so nothing it does later (a thread, a deferred kernel, a cached pointer) can
 change an input after the reference has read it, or an expectation.
 """
@@ -21,7 +21,7 @@ from multiprocessing.reduction import ForkingPickler
 # shared-memory files by name (no file-descriptor passing over the socket)
 torch.multiprocessing.set_sharing_strategy("file_system")
 
-MAX_MESSAGE = 1 << 30  # bytes; a message beyond this from the runner is refused
+MAX_MESSAGE = 1 << 30  # bytes; a message beyond this from the submission's process is refused
 
 
 def dumps(obj) -> bytes:
@@ -30,7 +30,7 @@ def dumps(obj) -> bytes:
     return buf.getvalue()
 
 
-# What a runner's message may name: plain containers and the rebuilders of shared tensors.
+# What a message from the submission's process may name: plain containers and the rebuilders of shared tensors.
 _ALLOWED = {
     ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"),
     ("builtins", "complex"), ("collections", "OrderedDict"),
@@ -51,7 +51,7 @@ _DTYPES = {str(getattr(torch, n)).removeprefix("torch."): getattr(torch, n)
 
 
 class UnsafeMessage(RuntimeError):
-    """The runner sent something other than data and shared tensors."""
+    """The submission's process sent something other than data and shared tensors."""
 
 
 class SafeUnpickler(pickle.Unpickler):
@@ -104,23 +104,23 @@ def send(conn, obj) -> None:
 
 
 def recv_trusted(conn):
-    """The runner reading the judge: the judge is trusted."""
+    """The submission's process reading the judge: the judge is trusted."""
     return _map_leaves(_unpack, pickle.loads(conn.recv_bytes()))
 
 
 def recv_untrusted(conn):
-    """The judge reading the runner: data and shared tensors only."""
+    """The judge reading the submission's process: data and shared tensors only."""
     return _map_leaves(_unpack, loads_untrusted(conn.recv_bytes(MAX_MESSAGE)))
 
 
 def transfer_copy(t: torch.Tensor) -> torch.Tensor:
     """A fresh copy of `t` with its size, strides and storage offset (a view like x[:, ::2] or
-    x[1:] reaches the runner as that same kind of view, so strided and misaligned checks still
-    test what they mean to), in memory that is then shared with the runner.
+    x[1:] reaches the submission's process as that same kind of view, so strided and misaligned checks still
+    test what they mean to), in memory that is then shared with the submission's process.
 
     The whole storage is copied, not only the span the view covers: a check may make a view
     into a bigger buffer on purpose (12's A[:, :K] of a buffer whose columns past K hold 1000s,
-    so that a kernel reading past K sees them), and the runner must see the same bytes there,
+    so that a kernel reading past K sees them), and the submission's process must see the same bytes there,
     not the end of its allocation."""
     t = t.detach()
     if t.device.type == "meta":  # a shape without data
@@ -136,6 +136,15 @@ def transfer_copy(t: torch.Tensor) -> torch.Tensor:
     # gradient, stride 0)
     buf.copy_(t.as_strided((total,), (1,), 0))
     return buf.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do two tensors' storages overlap (an output that is an input, or a view of one)?"""
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    a0, b0 = sa.data_ptr(), sb.data_ptr()
+    return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes()
 
 
 def tree_map(fn, v):

@@ -6,10 +6,10 @@ interpreter runs a 64x1000 kernel in ~0.1 s.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 from hypothesis import strategies as st
+
+from grader.settings import current
 
 AWKWARD = (1, 2, 3, 5, 7, 31, 127, 128, 129, 255, 257, 1000, 1023, 1024, 1025, 4095, 4097)
 LARGE = (65537, 131071, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 7)
@@ -19,8 +19,8 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.f
 
 
 def _large_shapes(device: str) -> bool:
-    """GPU-sized shapes, except under GRADER_SMALL (compute-sanitizer runs 10-100x slower)."""
-    return device == "cuda" and not os.environ.get("GRADER_SMALL")
+    """GPU-sized shapes, except with Settings.small (compute-sanitizer runs 10-100x slower)."""
+    return device == "cuda" and not current().small
 
 
 def lengths(device: str, *, small_max: int = 5000, large: bool = True):

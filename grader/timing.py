@@ -49,6 +49,26 @@ def time_fn(fn, *, grad_to_none=None, rep_ms: int = 200, warmup_ms: int = 50) ->
     return stats(q)
 
 
+def step(fn, args, mode, grad_args, dy):
+    """What one timed call runs: a zero-argument callable that calls `fn` once in `mode`
+    ("forward", or "forward_backward": the first output's backward with the fixed gradient
+    `dy`), and the leaves whose .grad must be reset between calls (None in forward mode). The
+    one definition, for the submission's op (grader.submission) and every baseline alike."""
+    if mode == "forward":
+        return (lambda: fn(*args)), None
+    args = list(args)
+    leaves = []
+    for i in grad_args:
+        args[i] = args[i].detach().requires_grad_(True)
+        leaves.append(args[i])
+
+    def run():
+        out = fn(*args)
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        first.backward(dy)
+    return run, leaves
+
+
 def host_ms(fn, *, grad_to_none=None, calls: int = 20) -> float:
     """CPU time to enqueue one call, measured while the GPU is held busy by a sleeping kernel, so
     that no call waits for the GPU (a queue that drains would hide the host cost)."""
@@ -130,16 +150,16 @@ CEILINGS = {
 }
 
 
-def ceiling_cache_path(cache_dir: Path, device_name: str, torch_version: str) -> Path:
+def ceiling_cache_path(folder: Path, device_name: str, torch_version: str) -> Path:
     safe = "".join(c if c.isalnum() else "-" for c in f"{device_name}-{torch_version}")
-    return cache_dir / "ceilings" / f"{safe}.json"
+    return folder / f"{safe}.json"
 
 
-def measure_ceilings(cache_dir: Path, names=None) -> dict:
+def measure_ceilings(folder: Path, names=None) -> dict:
     """This GPU's ceilings (name -> rate), measured once per device and torch, cached."""
     import torch
     name = torch.cuda.get_device_name()
-    path = ceiling_cache_path(cache_dir, name, torch.__version__)
+    path = ceiling_cache_path(folder, name, torch.__version__)
     out = json.loads(path.read_text()) if path.exists() else {}
     out.update(device=name, torch=str(torch.__version__))
     missing = [c for c in (names or CEILINGS) if c not in out]

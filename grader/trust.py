@@ -8,17 +8,14 @@
   submission's own at all, is delegation.
 - **The caller's stream.** Every kernel of the op must run on the caller's current stream; work on
   another stream is not ordered before the caller's next use of the output.
-- **Nothing of the repository changes.** `Snapshot` records every file of the repository (and the
-  measured ceilings) before a track runs; `restore()` undoes and reports any change.
+- **Fresh memory is poisoned** (`poison_fresh_memory`): an element a kernel forgets to write
+  reads NaN.
+
+What keeps the repository and the judge out of the submission's reach is grader.sandbox.
 """
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
-
-from grader.discover import ROOT
 
 # ATen ops any submission may call: allocation, views and metadata, and `.contiguous()` (whose
 # copy is a documented pass over memory, which the timing then pays for).
@@ -61,7 +58,8 @@ def rule_text(exercise, track) -> str:
                                   if extra else ""))
 
 
-def delegation(observed: dict, exercise, track, *, what: str) -> str | None:
+def delegation(observed: dict, exercise, track, *, what: str,
+               sanitized: bool = False) -> str | None:
     """None if the evidence shows the submission's own work only; else why not (for a learner).
 
     `observed`: {"ops": [ATen ops outside the allowed set], "kernels": [[name, stream,
@@ -76,7 +74,7 @@ def delegation(observed: dict, exercise, track, *, what: str) -> str | None:
     own = re.compile("|".join(_name_forms(k) for k in track.own_kernels) or "(?!)", re.I)
     # [name, stream, launched under an ATen op, launch found]: only kernels whose launch was
     # found are judged (an unattributed kernel is never held against the submission)
-    if observed.get("gpu") and observed.get("stream") is None and os.environ.get("GRADER_SANITIZE"):
+    if observed.get("gpu") and observed.get("stream") is None and sanitized:
         # Under compute-sanitizer the profiler records no GPU activity (the sanitizer holds the
         # tracing interface): not even the grader's own marker kernel shows, so the kernel
         # evidence is missing, not negative. The ATen-op rule above still held; the kernel
@@ -120,8 +118,6 @@ def side_stream(observed: dict, *, what: str) -> str | None:
             f"/ torch.cuda.current_stream()), or make it wait for your side stream")
 
 
-# --- the repository stays as it was ------------------------------------------------------------
-
 def poison_fresh_memory(on: bool = True) -> None:
     """Fresh allocations (torch.empty, at::empty) come back NaN-filled (INT_MAX for integers),
     so an element a kernel forgets to write cannot pass by luck; off for timing (the fill is a
@@ -133,76 +129,3 @@ def poison_fresh_memory(on: bool = True) -> None:
     import torch
     torch._C._set_deterministic_algorithms(on, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = on
-
-
-def landlock_available() -> bool:
-    """Can a process here make the file system read-only for itself (grader.runner.sandbox)?"""
-    try:
-        import landlock
-        return landlock.landlock_abi_version() >= 1
-    except Exception:
-        return False
-
-
-SKIP_DIRS = {".git", ".venv", ".hypothesis", "__pycache__", ".whl", ".gl", "node_modules"}
-
-
-@dataclass
-class Snapshot:
-    """Every file under `roots` (minus caches), with its bytes, taken before a track runs."""
-    roots: list
-    skip: set = field(default_factory=set)      # folders and files left out (caches)
-    files: dict = field(default_factory=dict)   # path -> bytes
-
-    @classmethod
-    def take(cls, roots, *, skip: set = frozenset()) -> "Snapshot":
-        snap = cls([Path(r) for r in roots], set(skip))
-        for root in snap.roots:
-            for path in _walk(root, skip):
-                try:
-                    snap.files[path] = path.read_bytes()
-                except OSError:
-                    pass
-        return snap
-
-    def restore(self) -> list[str]:
-        """Undo every change since the snapshot; return what had changed (relative paths)."""
-        changed = []
-        now = set()
-        for root in self.roots:
-            now.update(_walk(root, self.skip))
-        for path, data in self.files.items():
-            try:
-                same = path.read_bytes() == data
-            except OSError:
-                same = False
-            if not same:
-                changed.append(path)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
-        for path in now - set(self.files):
-            changed.append(path)
-            try:
-                path.unlink()
-            except OSError:
-                pass
-        return [_rel(p) for p in sorted(set(changed))]
-
-
-def _walk(root: Path, skip):
-    if root.is_file():
-        yield root
-        return
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS
-                       and os.path.join(dirpath, d) not in skip]
-        for name in filenames:
-            p = Path(dirpath) / name
-            if str(p) not in skip and not name.endswith(".pyc"):
-                yield p
-
-
-def _rel(p: Path) -> str:
-    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
-
-

@@ -1,3 +1,5 @@
+import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -10,7 +12,7 @@ HAS_GPU = torch.cuda.is_available()
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason without one)")
-    from grader.trust import landlock_available
+    from grader.sandbox import landlock_available
     if getattr(config.option, "numprocesses", None) and not landlock_available():
         # without Landlock every grade snapshots the repository and restores it afterwards: the
         # gallery's tampering entries really write into it, and a grade in another worker would
@@ -50,3 +52,14 @@ def variant(tmp_path):
             (dst / name).write_text(text)
         return tree
     return make
+
+
+@pytest.fixture
+def configure(monkeypatch):
+    """configure(select=..., repro=..., check_timeout=...): the grader.settings.Settings the
+    next grade_track of this test runs with, passed as the CLI passes them to every process."""
+    from grader.settings import VARIABLE, Settings
+
+    def set_(**fields):
+        monkeypatch.setenv(VARIABLE, json.dumps(dataclasses.asdict(Settings(**fields))))
+    return set_

@@ -1,4 +1,4 @@
-"""Ahead-of-time builds (GRADER_BUILD=aot, `grade --build aot`): a setup.py-style build with
+"""Ahead-of-time builds (`grade --build aot`, Settings.build): a setup.py-style build with
 CUDAExtension/BuildExtension into .cache/aot/, loaded as a shipped binary (torch.ops.load_library
 for a TORCH_LIBRARY track), checked like a JIT build; and the refusal of a library built for
 another torch.
@@ -6,6 +6,7 @@ another torch.
 One real build (06's CUDA track, a TORCH_LIBRARY library with a C++ CPU path: ~1-3 min on 2
 cores, cached in .cache/aot/ after that); the refusal reuses its library.
 """
+import io
 import json
 import os
 import re
@@ -16,10 +17,11 @@ import pytest
 import torch
 
 from conftest import HAS_GPU, ROOT
-from grader.build import (AOT_MANIFEST, CACHE, BuildError, aot_dir, build_aot, read_aot_manifest,
-                          tree_tag)
+from grader.aot import (AOT_MANIFEST, aot_dir, build_aot, read_aot_manifest)
+from grader.build_errors import BuildError
+from grader.paths import CACHE, tree_tag
 from grader.discover import discover
-from grader.isolate import run_track
+from grader.grade import grade_track
 
 EX06 = discover(only="06")[0]
 CUDA = EX06.tracks["cuda"]
@@ -49,7 +51,7 @@ def built():
     return manifest
 
 
-def test_aot_library_is_built_outside_the_tree_and_passes_the_cpu_checks(built, monkeypatch):
+def test_aot_library_is_built_outside_the_tree_and_passes_the_cpu_checks(built, configure):
     folder = aot_dir(ROOT / "solutions", EX06, CUDA)
     assert folder == CACHE / "aot" / "solutions" / "06_rmsnorm-cuda"
     lib = folder / built["library"]
@@ -58,8 +60,8 @@ def test_aot_library_is_built_outside_the_tree_and_passes_the_cpu_checks(built, 
     track_dir = ROOT / "solutions" / EX06.id / "cuda"
     assert not [p for p in track_dir.rglob("*") if p.suffix in (".so", ".o", ".ninja")]
 
-    monkeypatch.setenv("GRADER_BUILD", "aot")   # the runner loads the binary, no compiler run
-    r = run_track(ROOT / "solutions", EX06, CUDA)
+    configure(build="aot")   # the submission's process loads the binary, no compiler run
+    r = grade_track(ROOT / "solutions", EX06, CUDA)
     assert r.build.get("ok"), r.build.get("message")
     assert r.build.get("rebuilt") is False, r.build   # loaded as built ahead of time
     assert not r.ended, f"{r.ended}\n{r.log_tail}"
@@ -73,7 +75,7 @@ def test_aot_library_is_built_outside_the_tree_and_passes_the_cpu_checks(built, 
         assert not [c.name for c in r.checks if c.outcome == "needs a GPU"]
 
 
-def test_a_library_built_for_another_torch_is_refused(built, tmp_path, monkeypatch):
+def test_a_library_built_for_another_torch_is_refused(built, tmp_path, configure):
     """The solution's library and manifest, copied for a copy of the tree, with the recorded
     torch edited: the submission's process refuses to load it, naming both versions and the
     command that rebuilds it, and does not rebuild it behind the learner's back."""
@@ -88,9 +90,8 @@ def test_a_library_built_for_another_torch_is_refused(built, tmp_path, monkeypat
         manifest["torch"] = "2.3.0+cu121"
         (dst / AOT_MANIFEST).write_text(json.dumps(manifest))
 
-        monkeypatch.setenv("GRADER_BUILD", "aot")
-        monkeypatch.setenv("GRADER_SELECT", "forward_matches")
-        r = run_track(tree, EX06, CUDA)
+        configure(build="aot", select="forward_matches")
+        r = grade_track(tree, EX06, CUDA)
         msg = r.build.get("message", "")
         assert not r.build.get("ok") and r.build.get("stage") == "build", r.build
         assert "refusing to load" in msg and "torch 2.3.0+cu121" in msg, msg
@@ -118,20 +119,22 @@ def test_a_failed_build_is_summarized_and_recorded(variant, keep_env):
         shutil.rmtree(aot_dir(tree, EX06, CUDA).parent, ignore_errors=True)
 
 
-def test_grade_builds_ahead_before_the_checks(built, keep_env, monkeypatch, capsys):
+def test_grade_builds_ahead_before_the_checks(built, keep_env):
     """`grade --build aot` builds (or finds up to date) each CUDA track's library in the grader,
     before the sandboxed submission process that only loads it."""
-    from grader.__main__ import _build_ahead
-    monkeypatch.setenv("GRADER_BUILD", "aot")
-    _build_ahead(ROOT / "solutions", EX06, CUDA)
-    _build_ahead(ROOT / "solutions", EX06, EX06.tracks["triton"])  # nothing to build
-    out = capsys.readouterr().out.strip().splitlines()
+    from grader.grade import _build_ahead
+    from grader.progress import Progress
+    out = io.StringIO()
+    _build_ahead(ROOT / "solutions", EX06, CUDA, Progress(out))
+    out = out.getvalue().strip().splitlines()
     assert len(out) == 1 and out[0].startswith("built ahead of time 06_rmsnorm [cuda]: "), out
     assert "rmsnorm_ext.so (up to date, torch " in out[0], out
 
 
-def test_unknown_build_mode_is_one_line(monkeypatch):
+def test_unknown_build_mode_is_one_line(configure):
     from grader.loader import _build
-    monkeypatch.setenv("GRADER_BUILD", "wheel")
-    with pytest.raises(BuildError, match="GRADER_BUILD='wheel': use jit or aot"):
+    from grader.settings import current
+    configure(build="wheel")
+    current.cache_clear()
+    with pytest.raises(BuildError, match="build mode 'wheel': use jit or aot"):
         _build(ROOT / "solutions", EX06, CUDA)

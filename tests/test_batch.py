@@ -1,7 +1,7 @@
 """Grading a class: `python -m grader batch` over a folder of submissions (trees and a zip),
 per-submission results.json and JUnit, the class summary CSV with its flags, and resume.
 
-Exercise 01 only, and only the checks named by GRADER_SELECT (a pytest -k expression the worker
+Exercise 01 only, and only the checks named by Settings.select (a pytest -k expression the judge
 honours), so the whole class is graded in a minute or two on the CPU interpreter.
 """
 import csv
@@ -18,6 +18,7 @@ import pytest
 
 from conftest import ROOT
 from grader.batch import track_rows
+from grader.settings import Settings
 
 EX = "01_vector_add"
 SELECT = "matches_reference or length_one"
@@ -26,7 +27,7 @@ DELEGATE = ("    add_kernel[grid](x, y, out, n, BLOCK=BLOCK, num_warps=NUM_WARPS
 
 
 def batch(submissions, out, *extra):
-    env = {**os.environ, "GRADER_SELECT": SELECT, "CI": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **Settings(select=SELECT).env(), "CI": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(submissions), "--out",
                            str(out), "--exercise", "01", "--no-bench", *extra],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
@@ -122,7 +123,7 @@ BAD = {  # name -> the edit that makes it bad, and how many such submissions
 def test_batch_grades_a_class_of_23_on_the_gpu(tmp_path):
     """8 solutions, 6 starters, 7 known-bad variants and 2 zips, every check of exercise 01 (no
     timing): one worker per GPU (at least 4, sharing one GPU where there is one). Set
-    GRADER_BATCH_OUT to keep the per-submission files and summary.csv."""
+    KEEP_BATCH_OUT to keep the per-submission files and summary.csv."""
     import torch
     subs = tmp_path / "class"
     for i in range(8):
@@ -141,9 +142,9 @@ def test_batch_grades_a_class_of_23_on_the_gpu(tmp_path):
             for f in (ROOT / "solutions" / EX).rglob("*"):
                 if f.is_file() and "__pycache__" not in f.parts:
                     z.write(f, f"{EX}/{f.relative_to(ROOT / 'solutions' / EX)}")
-    out = Path(os.environ.get("GRADER_BATCH_OUT") or tmp_path / "out").resolve()
+    out = Path(os.environ.get("KEEP_BATCH_OUT") or tmp_path / "out").resolve()
     workers = max(4, torch.cuda.device_count())
-    env = {k: v for k, v in os.environ.items() if k != "GRADER_SELECT"}
+    env = {k: v for k, v in os.environ.items() if k != "GRADER_SETTINGS"}
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out),
                            "--exercise", "01", "--no-bench", "--force", "--workers", str(workers)],

@@ -1,8 +1,9 @@
 """Build: compiler output summarized to the first real errors; caching; trees kept apart."""
 from pathlib import Path
 
-from grader.build import build_dir, explain_load_error, summarize_compiler_output, tree_tag
-from grader.discover import ROOT, discover
+from grader.build_errors import explain_load_error, summarize_compiler_output
+from grader.discover import discover
+from grader.paths import ROOT, build_dir, tree_tag
 
 NVCC_OUTPUT = """Error building extension 'scale_ext':
 [1/2] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile ... -c {tree}/02_scale/cuda/scale.cu -o scale.cuda.o
@@ -71,5 +72,5 @@ def test_trees_build_apart():
     assert tree_tag(ROOT / "starter") == "starter" and tree_tag(ROOT / "solutions") == "solutions"
     other = tree_tag(Path("/tmp/someone/starter"))
     assert other.startswith("starter-") and other != "starter"
-    dirs = {build_dir(ROOT / t, ex, track) for t in ("starter", "solutions")}
+    dirs = {build_dir(ROOT / t, ex.id, track.name) for t in ("starter", "solutions")}
     assert len(dirs) == 2

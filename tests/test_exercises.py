@@ -5,8 +5,9 @@ GPU machine none may be left unrun.
 """
 import pytest
 
-from grader.discover import ROOT, discover
-from grader.isolate import run_track
+from grader.discover import discover
+from grader.grade import grade_track
+from grader.paths import ROOT
 from grader.score import score
 
 from conftest import HAS_GPU
@@ -16,7 +17,7 @@ TRACKS = [pytest.param(ex, t, id=f"{ex.id}-{t.name}") for ex in discover() for t
 
 @pytest.mark.parametrize("ex, track", TRACKS)
 def test_solution_passes(ex, track):
-    r = run_track(ROOT / "solutions", ex, track)
+    r = grade_track(ROOT / "solutions", ex, track)
     assert r.build.get("ok"), r.build.get("message")
     assert not r.ended, f"{r.ended}\n{r.log_tail}"
     bad = [f"{c.name}: {c.outcome}: {c.message[:1500]}" for c in r.checks
@@ -33,7 +34,7 @@ def test_solution_passes(ex, track):
 
 @pytest.mark.parametrize("ex, track", TRACKS)
 def test_starter_builds_and_scores_zero(ex, track):
-    r = run_track(ROOT / "starter", ex, track)
+    r = grade_track(ROOT / "starter", ex, track)
     assert r.build.get("ok"), r.build.get("message")
     assert not r.ended, f"{r.ended}\n{r.log_tail}"
     # a track without a CPU path has nothing to run on a machine without a GPU: it builds, and

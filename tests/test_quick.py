@@ -1,10 +1,11 @@
-"""QUICK=1 (GRADER_QUICK): the baselines' times come from .cache/baselines/ after the first run
+"""QUICK=1 (Settings.quick): the baselines' times come from .cache/baselines/ after the first run
 on a GPU, keyed by GPU, torch, exercise, case, mode and reference.py; without QUICK they are
 always measured."""
 import torch
 
-from grader import measure
+from grader import baselines
 from grader.discover import discover
+from grader.settings import Settings
 
 EX = discover(only="01")[0]
 
@@ -15,19 +16,19 @@ def test_baselines_cached_only_under_quick(monkeypatch, tmp_path):
     def timed(exercise, ref, case, mode, fns, graded=True):
         calls.append(mode)
         return {"eager": {"ms": 1.0 + len(calls)}}
-    monkeypatch.setattr(measure, "time_baselines", timed)
+    monkeypatch.setattr(baselines, "time_baselines", timed)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")
-    monkeypatch.setattr("grader.build.CACHE", tmp_path)
+    monkeypatch.setattr(baselines, "BASELINES", tmp_path / "baselines")
     fns = {"eager": object()}
 
-    monkeypatch.delenv("GRADER_QUICK", raising=False)
-    assert measure._quick_baselines(EX, None, "forward", fns) == {"eager": {"ms": 2.0}}
+    monkeypatch.setattr(baselines, "current", lambda: Settings())
+    assert baselines.baseline_times(EX, None, "forward", fns) == {"eager": {"ms": 2.0}}
     assert not (tmp_path / "baselines").exists()  # nothing kept outside QUICK
 
-    monkeypatch.setenv("GRADER_QUICK", "1")
-    first = measure._quick_baselines(EX, None, "forward", fns)
-    again = measure._quick_baselines(EX, None, "forward", fns)
+    monkeypatch.setattr(baselines, "current", lambda: Settings(quick=True))
+    first = baselines.baseline_times(EX, None, "forward", fns)
+    again = baselines.baseline_times(EX, None, "forward", fns)
     assert first == {"eager": {"ms": 3.0}} and again == {"eager": {"ms": 3.0, "cached": True}}
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Other GPU")
-    assert measure._quick_baselines(EX, None, "forward", fns) == {"eager": {"ms": 4.0}}
+    assert baselines.baseline_times(EX, None, "forward", fns) == {"eager": {"ms": 4.0}}
     assert len(calls) == 3

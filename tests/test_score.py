@@ -26,7 +26,8 @@ def test_points_are_proportional_and_gpu_checks_earn_nothing():
     r = TrackResult("01_vector_add", "triton", "t", build={"ok": True})
     r.checks = [Check("a", "correctness", "passed"), Check("b", "correctness", "passed"),
                 Check("c", "correctness", "failed"), Check("d", "correctness", "needs a GPU")]
-    r.performance = {"status": "measured", "credit": 0.5}
+    # 01's one threshold: 60% of the copy ceiling earns nothing, 85% all: 72.5% earns half
+    r.performance = {"status": "measured", "figures": {"forward": {"fraction": 0.725}}}
     s = score(ex, r)
     assert s.correctness == pytest.approx(ex.points["correctness"] * 2 / 4)
     assert s.performance == 0  # timed, shown, but no points while a correctness check fails

@@ -60,7 +60,7 @@ def test_a_tracks_own_library_style_kernels_are_recognized_mangled_or_not():
     assert "library kernel" in delegation(observed, ex, other, what="matmul_act()")
 
 
-def test_no_gpu_trace_under_the_sanitizer_is_not_an_accusation(monkeypatch):
+def test_no_gpu_trace_under_the_sanitizer_is_not_an_accusation():
     """compute-sanitizer holds the tracing interface: the profiler then records no kernel at all,
     not even the grader's marker (stream None). Under SANITIZE that is missing evidence, not a
     learner who launched nothing (seen on an H200, 2026-11-22: every check of a correct 04 failed
@@ -70,12 +70,10 @@ def test_no_gpu_trace_under_the_sanitizer_is_not_an_accusation(monkeypatch):
     ex = SimpleNamespace(allow=())
     track = SimpleNamespace(allow=(), own_kernels=(), sources=("k.cu",))
     blind = {"ops": [], "kernels": [], "stream": None, "gpu": True, "work": True}
-    monkeypatch.delenv("GRADER_SANITIZE", raising=False)
     assert "no kernel of its own" in delegation(blind, ex, track, what="reduce_sum()")
-    monkeypatch.setenv("GRADER_SANITIZE", "racecheck")
-    assert delegation(blind, ex, track, what="reduce_sum()") is None
+    assert delegation(blind, ex, track, what="reduce_sum()", sanitized=True) is None
     aten = dict(blind, ops=["aten::sum"])
-    assert "aten::sum" in delegation(aten, ex, track, what="reduce_sum()")
+    assert "aten::sum" in delegation(aten, ex, track, what="reduce_sum()", sanitized=True)
 
 
 def test_transfer_copy_keeps_the_bytes_around_a_view():

@@ -1,16 +1,16 @@
-"""The worker: grades one track of one tree in a process of its own (started by grader.isolate).
+"""Judge: grades one phase of one track of one tree, in a process of its own (grader.tracks).
 
-    python -m grader.worker --tree starter --exercise 02_scale --track cuda --events E.jsonl \
-        [--phase checks|bench]
+    python -m grader.judge --tree starter --exercise 02_scale --track cuda --events E.jsonl \
+        [--phase checks|bench|sweep|warm] [--gate FILE]
 
-This is the judge: it never imports the submission. It starts the submission's process
-(grader.runner, through grader.proxy), which builds and imports the track; phase `checks` then
-runs the exercise's checks through pytest and the grader plugin, every call crossing to that
-process; phase `bench` (a fresh judge and runner, once every check passed) times it
-(grader.measure); phase `sweep` runs `make bench` for one exercise (grader.bench); phase `warm`
-(no submission at all) compiles the exercise's baselines while checks run. Everything the
-judge learns goes to the events file as it happens; whatever kills a process, the parent reads
-what was written. The events file is the judge's alone: the runner is never told its path and
+The judge never imports the submission. It starts the submission's process (grader.launch,
+adopted by grader.proxy), which builds and imports the track; phase `checks` then runs the
+exercise's checks through pytest and the grader plugin, every call crossing to that process;
+phase `bench` (a fresh judge and submission process) times it (grader.measure); phase `sweep`
+runs `make bench` for one exercise (grader.bench); phase `warm` (no submission at all) compiles
+the exercise's baselines while checks run (grader.baselines). Everything the judge learns goes
+to the events file as it happens; whatever kills a process, the parent reads what was written.
+The events file is the judge's alone: the submission's process is never told its path and
 cannot write outside its scratch folder.
 """
 from __future__ import annotations
@@ -24,12 +24,16 @@ import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from grader.discover import EXERCISES, ROOT, load_exercise
-from grader.results import Recorder
+# Nothing imported at the top imports torch: the submission's process starts first (below).
+from grader.discover import load_exercise  # noqa: E402
+from grader.launch import start_submission  # noqa: E402
+from grader.paths import EXERCISES, HYPOTHESIS, ROOT  # noqa: E402
+from grader.results import Recorder, crash_excerpt  # noqa: E402
+from grader.settings import current  # noqa: E402
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.worker")
+    p = argparse.ArgumentParser(prog="python -m grader.judge")
     p.add_argument("--tree", required=True, type=Path)
     p.add_argument("--exercise", required=True)
     p.add_argument("--track", required=True)
@@ -39,47 +43,49 @@ def main(argv=None) -> int:
                                              "exist before timing anything")
     args = p.parse_args(argv)
     early = None
-    if args.phase in ("checks", "bench") and not os.environ.get("GRADER_SANITIZE"):
+    if args.phase in ("checks", "bench") and not current().sanitize:
         # the submission's process starts now and imports its torch while this one imports its
-        # own (torch is not imported yet here): 2-4 s less per track (grader.spawn)
-        from grader import spawn
-        early = spawn.start_runner(args.tree, args.exercise, args.track)
+        # own (torch is not imported yet here): 2-4 s less per track
+        early = start_submission(args.tree, args.exercise, args.track)
     import torch
     record = Recorder(args.events)
     exercise = load_exercise(EXERCISES / args.exercise)
     track = exercise.tracks[args.track]
-    record(event="worker", pid=os.getpid(), began=BEGAN,
+    record(event="judge", pid=os.getpid(), began=BEGAN,
            gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
            torch=torch.__version__)
-
-    if args.phase == "warm":  # no submission: compile the baselines ahead (grader.measure)
-        from grader.measure import warm_baselines
+    # the phases' modules import torch and pytest: imported here, after the early start
+    if args.phase == "warm":  # no submission: compile the baselines ahead
+        from grader.baselines import warm_baselines
         record(event="warm", seconds=warm_baselines(exercise))
-        record(event="done")
-        return 0
-    if args.phase == "sweep":  # make bench: every track of the tree, in runners of their own
+    elif args.phase == "sweep":  # make bench: every track of the tree, in processes of their own
         from grader.bench import bench_exercise
-        bench_exercise(args.tree.resolve(), exercise, record,
-                       repeats=int(os.environ.get("GRADER_BENCH_REPEATS") or 2))
-        record(event="done")
-        return 0
+        bench_exercise(args.tree.resolve(), exercise, record, repeats=current().bench_repeats)
+    else:
+        _with_submission(args, exercise, track, record, early)
+    record(event="done")
+    return 0
+
+
+def _with_submission(args, exercise, track, record, early) -> None:
+    """Phases checks and bench: open the submission's process, record its build, go on."""
     # hypothesis keeps what it stores (the constants it reads from source files) in the
     # grader's cache, not in a .hypothesis/ folder of the repository it runs in
-    from grader.build import CACHE
-    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(CACHE / "hypothesis"))
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(HYPOTHESIS))
     # pytest and the plugins the checks use, imported while the submission's process is still
     # importing torch and loading the track (open_session waits for it): off the critical path
     import _hypothesis_pytestplugin  # noqa: F401
     import pytest
     import pytest_timeout  # noqa: F401
     from grader import plugin
-    from grader.proxy import RunnerDied
+    from grader.proxy import SubmissionDied
     plugin.PRESTARTED = early
     try:
         session = plugin.open_session(args.tree, exercise, track)
-    except RunnerDied as e:
-        record(event="build", ok=False, stage="import", message=e.reason + _excerpt(e.log))
-        return 0
+    except SubmissionDied as e:
+        record(event="build", ok=False, stage="import",
+               message=e.reason + (("\n" + crash_excerpt(e.log, 15)) if e.log.strip() else ""))
+        return
     loaded = session.loaded
     if "error" in loaded:  # the load itself raised
         err = loaded["error"]
@@ -90,9 +96,10 @@ def main(argv=None) -> int:
            rebuilt=loaded.get("rebuilt"), sandbox=loaded.get("sandbox"))
     if not loaded.get("built"):
         session.close()
-        return 0
-    if args.phase == "bench":  # the parent saw every check pass; the build is cached
-        from grader.measure import grade_performance, prepare_performance
+        return
+    if args.phase == "bench":  # the parent saw the build load; it is cached
+        from grader.baselines import prepare_performance
+        from grader.measure import grade_performance
         prepared = None
         if args.gate is not None:  # started ahead: another track may be timing right now
             prepared = prepare_performance(exercise)  # CPU only: no kernel runs before the gate
@@ -102,10 +109,8 @@ def main(argv=None) -> int:
             record(event="gate")
         grade_performance(exercise, track, session, record, prepared)
         session.close()
-        record(event="done")
-        return 0
-
-    select = os.environ.get("GRADER_SELECT")  # a pytest -k expression: the project's own tests
+        return
+    select = current().select  # a pytest -k expression: the project's own tests
     # Only the plugins the checks need, whatever else this machine has installed (a plugin that
     # reorders, reruns or times tests would change what a check means; loading them all cost
     # ~1 s), and plain asserts: the checks explain their own failures (grader.check), so
@@ -119,13 +124,6 @@ def main(argv=None) -> int:
                        + (["-k", select] if select else []))
     record(event="checks", exit_code=int(code))
     session.close()
-    record(event="done")
-    return 0
-
-
-def _excerpt(log: str) -> str:
-    from grader.results import crash_excerpt
-    return ("\n" + crash_excerpt(log, 15)) if log.strip() else ""
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""Runner: the submission's process. It builds and imports one track and runs what the judge asks
-(a call of the op, its backward, opcheck, torch.compile, the timing loop) and nothing else.
+"""Submission: the submission's process. It builds and imports one track and serves what the judge
+asks (a call of the op, its backward, opcheck, torch.compile, the timing loop) and nothing else.
 
-    python -m grader.runner --fd N --tree T --exercise 02_scale --track cuda --scratch DIR
+    python -m grader.submission --fd N --tree T --exercise 02_scale --track cuda --scratch DIR
 
-Started by the judge (grader.proxy) with a socket as its only channel. Before the submission is
+Started by the judge (grader.launch, grader.proxy) with a socket as its only channel. Before the submission is
 imported it: makes the file system read-only except its scratch folder and the track's build
 caches (Linux Landlock, where the kernel has it); records attempts to write into the repository
 (an audit hook); poisons fresh allocations with NaN; and wraps every call in torch.profiler, so
@@ -21,17 +21,28 @@ import traceback
 from collections import OrderedDict
 from pathlib import Path
 
+# Nothing imported at the top imports torch: the early rebuild starts before torch does.
+from grader.build import start_early_rebuild
+from grader.build_errors import BuildError
+from grader.discover import load_exercise
+from grader.evidence import analyse
+from grader.paths import EXERCISES, ROOT, build_dir, submission_caches
+from grader.pyfile import LoadError
+from grader.sandbox import Attempts, close_filesystem
+from grader.settings import current
+from grader.timing import host_ms, step, time_fn
+from grader.trust import allowed_ops, poison_fresh_memory
+
 
 def _writable_roots(args) -> list[Path]:
-    from grader.build import CACHE, tree_tag
-    tag = tree_tag(Path(args.tree))
-    return [Path(args.scratch), CACHE / "build" / tag, CACHE / "runner" / tag, Path("/dev")]
+    tree = Path(args.tree)
+    return [Path(args.scratch), build_dir(tree, args.exercise, args.track),
+            submission_caches(tree), Path("/dev")]
 
 
 def _set_env(args) -> None:
     """Caches a submission may write, inside the roots it may write."""
-    from grader.build import CACHE, tree_tag
-    cache = CACHE / "runner" / tree_tag(Path(args.tree))
+    cache = submission_caches(Path(args.tree))
     for var, sub in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
                      ("CUDA_CACHE_PATH", "nv"), ("XDG_CACHE_HOME", "xdg")):
         os.environ[var] = str(cache / sub)
@@ -39,30 +50,6 @@ def _set_env(args) -> None:
     os.environ["TMPDIR"] = args.scratch
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     sys.dont_write_bytecode = True
-
-
-def sandbox(roots: list[Path]) -> str:
-    """Make everything but `roots` read-only for this process and its children (Landlock).
-    Returns how the sandbox stands, for the record."""
-    try:
-        import landlock
-        from landlock import FSAccess
-        abi = landlock.landlock_abi_version()
-    except Exception as e:  # no package, or a kernel without Landlock: the hash check remains
-        return f"no Landlock here ({type(e).__name__}: {str(e)[:80]}); the repository is checked by hash"
-    write = (FSAccess.WRITE_FILE | FSAccess.REMOVE_DIR | FSAccess.REMOVE_FILE | FSAccess.MAKE_CHAR
-             | FSAccess.MAKE_DIR | FSAccess.MAKE_REG | FSAccess.MAKE_SOCK | FSAccess.MAKE_FIFO
-             | FSAccess.MAKE_BLOCK | FSAccess.MAKE_SYM)
-    if abi >= 2:
-        write |= FSAccess.REFER
-    if abi >= 3:
-        write |= FSAccess.TRUNCATE
-    rules = landlock.Ruleset(restrict_rules=write)
-    for root in roots:
-        if root.exists():
-            rules.allow(str(root), rules=write)
-    rules.apply()
-    return f"Landlock ABI {abi}: writes allowed only under {', '.join(str(r) for r in roots)}"
 
 
 def _param_names(fn) -> list[str] | None:
@@ -78,45 +65,15 @@ def _param_names(fn) -> list[str] | None:
         return None
 
 
-class Attempts:
-    """Writes into the repository that the submission tried (reported to the judge as tampering;
-    the sandbox refuses them, and the judge's hash check catches any it could not refuse)."""
-
-    def __init__(self, protected: list[Path], allowed: list[Path]):
-        self.protected = [str(p) for p in protected]
-        self.allowed = [str(p) for p in allowed]
-        self.seen: list[str] = []
-
-    def hook(self, event, args):
-        if event == "open" and len(args) >= 2:
-            path, mode = args[0], args[1]
-            flags = args[2] if len(args) > 2 else 0
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))
-        elif event in ("os.remove", "os.rename", "os.rmdir", "os.truncate", "shutil.rmtree",
-                       "os.replace", "os.chmod", "os.link", "os.symlink"):
-            path, writing = args[0] if args else None, True
-        else:
-            return
-        if not writing or not isinstance(path, (str, bytes, os.PathLike)):
-            return
-        try:
-            p = os.path.abspath(os.fsdecode(path))
-        except Exception:
-            return
-        if any(p.startswith(a) for a in self.allowed):
-            return
-        if any(p.startswith(r) for r in self.protected) and len(self.seen) < 20:
-            self.seen.append(f"{event} {p}")
-
-
 # --- what the judge may ask ----------------------------------------------------------------------
 
-class Runner:
+class SubmissionServer:
+    """Serves the judge's requests, one at a time, over the socket."""
+
     def __init__(self, args, conn, attempts, sandbox_state):
         import torch
-        from grader.discover import EXERCISES, load_exercise
-        from grader import trust
+        from grader import seam  # imports torch (top-level imports here must not: see above)
+        self.seam = seam
         self.torch = torch
         self.conn = conn
         self.args = args
@@ -124,7 +81,7 @@ class Runner:
         self.sandbox = sandbox_state
         self.exercise = load_exercise(EXERCISES / args.exercise)
         self.track = self.exercise.tracks[args.track]
-        self.allowed = trust.allowed_ops(self.exercise, self.track)
+        self.allowed = allowed_ops(self.exercise, self.track)
         self.gpu = torch.cuda.is_available()
         self.graphs: OrderedDict = OrderedDict()  # graph id -> (leaves, outputs, observed)
         self.next_graph = 0
@@ -161,23 +118,23 @@ class Runner:
         except Exception:
             return
         original = getattr(cls, name)
-        runner = self
+        server = self
 
         def launch(*a, **kw):
-            runner.triton_launches += 1
-            if not runner.observing:
+            server.triton_launches += 1
+            if not server.observing:
                 # a timed call: record_function is a dispatcher call of its own (~40 us of CPU
                 # per launch on the H200 machine, results/experiments/host_overhead.py
                 # --stages), which would count against the submission's host time
                 return original(*a, **kw)
-            with runner._record("grader::triton_launch"):
+            with server._record("grader::triton_launch"):
                 return original(*a, **kw)
         setattr(cls, name, launch)
 
     # the loop -----------------------------------------------------------------------------------
 
     def serve(self) -> None:
-        from grader.seam import recv_trusted, send
+        recv_trusted, send = self.seam.recv_trusted, self.seam.send
         while True:
             try:
                 msg = recv_trusted(self.conn)
@@ -220,8 +177,7 @@ class Runner:
         return info
 
     def do_load(self) -> dict:
-        from grader.build import BuildError
-        from grader.loader import LoadError, load_track
+        from grader.loader import load_track  # imports torch-level modules: after torch
         start = time.perf_counter()
         try:
             self.impl = load_track(Path(self.args.tree), self.exercise, self.track)
@@ -276,7 +232,7 @@ class Runner:
         reply["aliases"] = [(k, i, o.storage_offset(), tuple(o.shape), tuple(o.stride()),
                              o.dtype == a.dtype)
                             for k, o in enumerate(outs) if isinstance(o, torch.Tensor)
-                            for i, a in ins if _shares(o, a)]
+                            for i, a in ins if self.seam.shares_memory(o, a)]
         aliased = {k for k, *_ in reply["aliases"]}
         # an output that is (a view of) an input does not travel: the judge rebuilds it from its
         # own tensor (and a tensor received from the judge cannot be sent back anyway)
@@ -319,8 +275,7 @@ class Runner:
 
     def _unpoisoned(self) -> None:
         """Timing measures the op, not the grader: fresh allocations stop being NaN-filled (a
-        fill is a full extra write pass). The bench phase has a runner of its own."""
-        from grader.trust import poison_fresh_memory
+        fill is a full extra write pass). A timing has a submission process of its own."""
         poison_fresh_memory(False)
 
     def _timed(self, entry, wrap):
@@ -332,8 +287,6 @@ class Runner:
 
     def do_time(self, entry, args, mode, grad_args, dy, wrap=None) -> dict:
         """The op's own timing (events, L2 flushed) and host cost, on the judge's inputs."""
-        from grader.measure import step
-        from grader.timing import host_ms, time_fn
         self._unpoisoned()
         run, leaves = step(self._timed(entry, wrap), args, mode, grad_args, dy)
         t = time_fn(run, grad_to_none=leaves)
@@ -392,8 +345,7 @@ class Runner:
         if self.gpu:
             self.torch.cuda.synchronize()
         detach = lambda v: v.detach() if isinstance(v, self.torch.Tensor) else v
-        from grader.seam import tree_map
-        return {"value": tree_map(detach, value)}
+        return {"value": self.seam.tree_map(detach, value)}
 
     def do_opcheck(self, qualname, args, kwargs) -> dict:
         self.impl.opcheck(qualname, args, kwargs)
@@ -427,64 +379,8 @@ class Runner:
         return observed, out
 
 
-def _shares(a, b) -> bool:
-    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
-        return False
-    sa, sb = a.untyped_storage(), b.untyped_storage()
-    a0, b0 = sa.data_ptr(), sb.data_ptr()
-    return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes()
-
-
-def analyse(events, allowed) -> dict:
-    """The evidence in a profile: ATen ops outside `allowed` (not counting what allowed ops,
-    PyTorch's own autograd nodes, Triton's interpreter and our marker do inside themselves), each
-    GPU kernel with its stream and whether an ATen op launched it, and the caller's stream.
-
-    A kernel is tied to its launch by the runtime call (cudaLaunchKernel, cuLaunchKernelEx, ...)
-    whose correlation id it carries; that call's ancestors say who launched it. Only runtime
-    calls are indexed: CPU ops have correlation ids of their own that can collide.
-    """
-    from torch.autograd import DeviceType
-    from grader.trust import BUILTIN_NODE, TRITON_RANGE
-    cpu = [e for e in events if e.device_type == DeviceType.CPU]
-    runtime = {e.id: e for e in cpu if e.name.startswith("cu") and not e.name.startswith("cuda::")}
-    ops = []
-
-    def walk(e):
-        name = e.name
-        if name in ("grader::marker", TRITON_RANGE) or BUILTIN_NODE.match(name):
-            return
-        if name.startswith("aten::"):
-            if name not in allowed:
-                ops.append(name)
-            return
-        for c in e.cpu_children:
-            walk(c)
-    for e in cpu:
-        if e.cpu_parent is None:
-            walk(e)
-    kernels, stream = [], None
-    for k in events:
-        if k.device_type != DeviceType.CUDA or k.name.startswith(("Memcpy", "Memset")):
-            continue
-        if k.name.startswith(("grader::", "aten::")):
-            continue  # a range of ours (or an op name) drawn on the GPU timeline, not a kernel
-        # torch >= 2.12 names the launch in linked_correlation_id; before, the kernel's own id
-        launch = runtime.get(getattr(k, "linked_correlation_id", 0) or k.id)
-        names, p = [], launch.cpu_parent if launch is not None else None
-        while p is not None:
-            names.append(p.name)
-            p = p.cpu_parent
-        if "grader::marker" in names:
-            stream = k.device_resource_id
-            continue
-        under = any(n.startswith("aten::") or BUILTIN_NODE.match(n) for n in names)
-        kernels.append([k.name, k.device_resource_id, under, launch is not None])
-    return {"ops": ops, "kernels": kernels, "stream": stream}
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.runner")
+    p = argparse.ArgumentParser(prog="python -m grader.submission")
     p.add_argument("--fd", type=int, required=True)
     p.add_argument("--tree", required=True)
     p.add_argument("--exercise", required=True)
@@ -497,9 +393,7 @@ def main(argv=None) -> int:
     roots = _writable_roots(args)
     for root in roots:  # before the sandbox closes: a folder that is not there cannot be allowed
         root.mkdir(parents=True, exist_ok=True)
-    from grader.build import start_early_rebuild
-    from grader.loader import build_mode
-    if build_mode() == "jit":  # what changed recompiles while torch imports (grader.build)
+    if current().build == "jit":  # what changed recompiles while torch imports (grader.build)
         start_early_rebuild(Path(args.tree), args.exercise, args.track, roots,
                             Path(args.scratch) / "early-build.json")
     import torch
@@ -509,11 +403,9 @@ def main(argv=None) -> int:
     conn = Connection(args.fd)
     attempts = Attempts([Path(x) for x in args.protect], roots)
     sys.addaudithook(attempts.hook)  # permanent: no Python code can remove it
-    state = sandbox(roots)
-    from grader.trust import poison_fresh_memory
+    state = close_filesystem(roots)
     poison_fresh_memory()  # an element a kernel forgets to write reads NaN
-    import grader.seam  # noqa: F401  (the sharing strategy, before any tensor crosses)
-    Runner(args, conn, attempts, state).serve()
+    SubmissionServer(args, conn, attempts, state).serve()
     return 0
 
 

@@ -1,0 +1,181 @@
+"""Baselines: what a track is timed against, all trusted code timed in the judge's own process.
+
+The eager reference, torch.compile of it, native ops and peers (Liger-Kernel, when installed):
+functions of the exercise's reference.py named in its [benchmark] (grader.discover). Besides
+making and timing them, two caches: the compiled baselines warmed ahead on this GPU
+(`warm_baselines`, `warm_marker`), and their timings shared by the tracks of one grade, or kept
+across runs under QUICK (`baseline_times`). The judge writes both; a submission cannot.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from grader.cases import dy_for, fresh_seed, make_inputs
+from grader.paths import BASELINES, WARM
+from grader.reference import load_reference
+from grader.settings import current
+from grader.timing import host_ms, step, time_fn
+
+
+def _compiled(fn):
+    """A baseline under torch.compile: static shapes, one specialized compile per swept shape
+    (dynamo is reset per case), not the slower dynamic-shape kernels dynamo switches to."""
+    import torch
+    torch._dynamo.config.cache_size_limit = 64  # one compile per swept shape
+    return torch.compile(fn, dynamic=False)
+
+
+class _CompiledLater:
+    """_compiled(fn), made at the first call. Making it imports dynamo and Inductor (~8 s on
+    the GPU hosts): a QUICK timing whose baselines' times come from the cache never calls it,
+    so never pays that."""
+
+    def __init__(self, fn):
+        self.fn, self.compiled = fn, None
+
+    def __call__(self, *args, **kwargs):
+        if self.compiled is None:
+            self.compiled = _compiled(self.fn)
+        return self.compiled(*args, **kwargs)
+
+
+def baseline_fns(exercise, ref, *, lazy: bool = False) -> dict:
+    """name -> callable, or name -> an error string for a baseline that cannot run here.
+    `lazy`: the torch.compile'd ones are made at their first call (_CompiledLater)."""
+    fns = {}
+    b = exercise.benchmark
+    for name in b.baselines + b.peers:
+        if name == "eager":
+            fns[name] = ref.reference
+        elif name == "compile" or name.startswith("compile:"):
+            what = name.partition(":")[2] or "reference"
+            fns[name] = ((_CompiledLater if lazy else _compiled)(getattr(ref, what))
+                         if hasattr(ref, what) else f"reference.py defines no function {what!r}")
+        elif hasattr(ref, name):
+            fns[name] = getattr(ref, name)
+        else:
+            fns[name] = f"reference.py defines no function {name!r}"
+    return fns
+
+
+def time_baselines(exercise, ref, case, mode, fns, *, graded=True) -> dict:
+    import torch
+    b = exercise.benchmark
+    args = make_inputs(exercise, ref, case, fresh_seed())
+    dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+    out = {}
+    for name, fn in fns.items():
+        if isinstance(fn, str):
+            out[name] = {"error": fn}
+            continue
+        try:
+            run, leaves = step(fn, args, mode, b.grad_args, dy)
+            t = time_fn(run, grad_to_none=leaves, rep_ms=200 if graded else 100)
+            if graded:
+                t["host_ms"] = host_ms(run, grad_to_none=leaves)
+            out[name] = t
+        except ImportError as e:
+            out[name] = {"error": f"not installed ({e})"}
+        except Exception as e:  # a baseline that fails is reported; the run goes on
+            out[name] = {"error": f"failed: {type(e).__name__}: {str(e)[:200]}"}
+        torch.cuda.synchronize()
+    return out
+
+
+def warm_marker(exercise, device: str) -> Path:
+    """The file warm_baselines leaves when every compiled baseline of the exercise compiled and
+    ran: the judge's Inductor cache (grader.paths.INDUCTOR) then holds them, and a
+    later grade on this GPU with this torch, Triton and reference.py skips the warm-up (a dozen
+    processes of ~20 s each). Should the cache have been emptied since, the timing phase
+    compiles them itself (the first call is outside every timing either way)."""
+    from importlib.metadata import version
+    b = exercise.benchmark
+    key = json.dumps([device, version("torch"), version("triton"), exercise.id, b.case, b.dtype,
+                      b.modes, b.baselines, b.grad_args])
+    digest = hashlib.sha256(key.encode() + (exercise.dir / "reference.py").read_bytes())
+    return WARM / f"{exercise.id}-{digest.hexdigest()[:16]}"
+
+
+def warm_baselines(exercise) -> float:
+    """Compile the exercise's torch.compile baselines at the graded case, once per mode, and
+    run each once: Inductor's on-disk caches (FX graphs, AOT autograd, Triton kernels) then
+    hold them, and the timing phase's compile of the same code is a cache hit (seconds instead
+    of tens of seconds). Nothing is timed here; it runs while other tracks' checks share the GPU.
+    When all compiled, leaves warm_marker. Returns the seconds it took."""
+    import torch
+    start = time.perf_counter()
+    b = exercise.benchmark
+    if b is None or not torch.cuda.is_available():
+        return 0.0
+    ref = load_reference(exercise)
+    fns = {n: f for n, f in baseline_fns(exercise, ref).items()
+           if n == "compile" or n.startswith("compile:")}
+    torch._dynamo.reset()
+    failed = any(isinstance(fn, str) for fn in fns.values())
+    for mode in b.modes:
+        args = make_inputs(exercise, ref, b.case, fresh_seed())
+        dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+        for fn in fns.values():
+            if isinstance(fn, str):
+                continue
+            try:
+                step(fn, args, mode, b.grad_args, dy)[0]()
+            except Exception:  # the timing phase reports a baseline that fails
+                failed = True
+        del args, dy
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    if not failed:
+        marker = warm_marker(exercise, torch.cuda.get_device_name())
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{time.perf_counter() - start:.1f} s\n")
+    return round(time.perf_counter() - start, 1)
+
+
+def baseline_times(exercise, ref, mode, fns) -> dict:
+    """The baselines' times at the graded case. Under QUICK (make ... QUICK=1): the last
+    ones measured on this GPU with this torch and this reference.py, kept in .cache/baselines/
+    (the learner's kernel changes between runs, PyTorch's does not). Otherwise measured once per
+    grading run (Settings.run_cache, a folder of the run's): the tracks of one exercise are held
+    to the same baseline figures, timed once. The judge writes both caches; the submission's
+    process cannot."""
+    import torch
+    b = exercise.benchmark
+    folder = BASELINES if current().quick else current().run_cache
+    if not folder:
+        return time_baselines(exercise, ref, b.case, mode, fns)
+    key = json.dumps([torch.cuda.get_device_name(), torch.__version__, exercise.id, b.case, mode,
+                      b.dtype, sorted(fns), hashlib.sha256(
+                          (exercise.dir / "reference.py").read_bytes()).hexdigest()])
+    path = Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+    try:
+        cached = json.loads(path.read_text())
+        if current().quick:
+            return {n: {**t, "cached": True} for n, t in cached.items()}
+        return cached  # this run's own measurement, shared by the exercise's tracks
+    except (OSError, ValueError):
+        pass
+    out = time_baselines(exercise, ref, b.case, mode, fns)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(path)
+    return out
+
+
+def prepare_performance(exercise) -> tuple:
+    """What grade_performance needs that runs on the CPU alone: the reference and the baselines'
+    callables (creating a torch.compile'd one imports dynamo and Inductor, seconds). A timing
+    worker started ahead does this while another track's timing holds the GPU (nothing here
+    launches a kernel)."""
+    import torch
+    ref = load_reference(exercise)
+    if current().quick:  # the baselines' times are likely cached: no compile
+        return ref, baseline_fns(exercise, ref, lazy=True)
+    fns = baseline_fns(exercise, ref)
+    torch._dynamo.reset()
+    return ref, fns

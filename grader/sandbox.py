@@ -1,0 +1,181 @@
+"""Sandbox: what keeps a submission's process from changing the grader's world.
+
+- `close_filesystem(roots)`: Linux Landlock makes every path but `roots` read-only for this
+  process and its children, and (Landlock ABI 6+) scopes its signals: it cannot signal a process
+  outside its own sandbox (the judge, the grader). Where the kernel has no Landlock at all, the
+  parent snapshots the repository around each track instead (`Snapshot`).
+- `Attempts`: an audit hook that records writes into the repository the submission tried (the
+  sandbox refuses them; the record is what the judge reports as tampering).
+- `Snapshot`: every file under some roots, restored and named if anything changed.
+
+Nothing here imports torch or another grader module but grader.paths.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.paths import ROOT
+
+_SCOPE_SIGNAL = 1 << 1        # LANDLOCK_SCOPE_SIGNAL (ABI 6, Linux 6.12)
+_SYS = {"x86_64": (444, 446), "aarch64": (444, 446)}  # landlock_create_ruleset, restrict_self
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none, or no `landlock` package)."""
+    try:
+        import landlock
+        return int(landlock.landlock_abi_version())
+    except Exception:
+        return 0
+
+
+def landlock_available() -> bool:
+    """Can a process here make the file system read-only for itself?"""
+    return landlock_abi() >= 1
+
+
+def close_filesystem(roots: list[Path]) -> str:
+    """Make everything but `roots` read-only for this process and its children, and scope its
+    signals to its own sandbox. Returns how the sandbox stands, for the scorecard's build line."""
+    abi = landlock_abi()
+    if abi < 1:
+        return "no Landlock here: the repository is checked by hash; signals are not scoped"
+    import landlock
+    from landlock import FSAccess
+    write = (FSAccess.WRITE_FILE | FSAccess.REMOVE_DIR | FSAccess.REMOVE_FILE | FSAccess.MAKE_CHAR
+             | FSAccess.MAKE_DIR | FSAccess.MAKE_REG | FSAccess.MAKE_SOCK | FSAccess.MAKE_FIFO
+             | FSAccess.MAKE_BLOCK | FSAccess.MAKE_SYM)
+    if abi >= 2:
+        write |= FSAccess.REFER
+    if abi >= 3:
+        write |= FSAccess.TRUNCATE
+    rules = landlock.Ruleset(restrict_rules=write)
+    for root in roots:
+        if root.exists():
+            rules.allow(str(root), rules=write)
+    rules.apply()
+    signals = _scope_signals() if abi >= 6 else "signals not scoped (Landlock ABI < 6)"
+    return (f"Landlock ABI {abi}: writes allowed only under {', '.join(str(r) for r in roots)}; "
+            f"{signals}")
+
+
+def _scope_signals() -> str:
+    """A second Landlock layer that handles no file access and scopes signals: kill() of any
+    process outside this sandbox (the judge, the grader) fails with EPERM. The `landlock`
+    package has no scopes yet, so this is the two system calls it would make."""
+    numbers = _SYS.get(platform.machine())
+    if numbers is None:
+        return f"signals not scoped (no syscall numbers for {platform.machine()})"
+
+    class Attr(ctypes.Structure):  # struct landlock_ruleset_attr, ABI 6
+        _fields_ = [("handled_access_fs", ctypes.c_uint64),
+                    ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = Attr(0, 0, _SCOPE_SIGNAL)
+    fd = libc.syscall(numbers[0], ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    if fd < 0:
+        return f"signals not scoped (landlock_create_ruleset: errno {ctypes.get_errno()})"
+    try:
+        if libc.syscall(numbers[1], fd, 0) != 0:  # no_new_privs is already set by the first layer
+            return f"signals not scoped (landlock_restrict_self: errno {ctypes.get_errno()})"
+    finally:
+        os.close(fd)
+    return "signals scoped to the sandbox"
+
+
+class Attempts:
+    """Writes into the repository that the submission tried (reported to the judge as tampering;
+    the sandbox refuses them, and the judge's hash check catches any it could not refuse)."""
+
+    def __init__(self, protected: list[Path], allowed: list[Path]):
+        self.protected = [str(p) for p in protected]
+        self.allowed = [str(p) for p in allowed]
+        self.seen: list[str] = []
+
+    def hook(self, event, args):
+        if event == "open" and len(args) >= 2:
+            path, mode = args[0], args[1]
+            flags = args[2] if len(args) > 2 else 0
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))
+        elif event in ("os.remove", "os.rename", "os.rmdir", "os.truncate", "shutil.rmtree",
+                       "os.replace", "os.chmod", "os.link", "os.symlink"):
+            path, writing = args[0] if args else None, True
+        else:
+            return
+        if not writing or not isinstance(path, (str, bytes, os.PathLike)):
+            return
+        try:
+            p = os.path.abspath(os.fsdecode(path))
+        except Exception:
+            return
+        if any(p.startswith(a) for a in self.allowed):
+            return
+        if any(p.startswith(r) for r in self.protected) and len(self.seen) < 20:
+            self.seen.append(f"{event} {p}")
+
+
+SKIP_DIRS = {".git", ".venv", ".hypothesis", "__pycache__", ".whl", ".gl", "node_modules"}
+
+
+@dataclass
+class Snapshot:
+    """Every file under `roots` (minus caches), with its bytes, taken before a track runs."""
+    roots: list
+    skip: set = field(default_factory=set)      # folders and files left out (caches)
+    files: dict = field(default_factory=dict)   # path -> bytes
+
+    @classmethod
+    def take(cls, roots, *, skip: set = frozenset()) -> "Snapshot":
+        snap = cls([Path(r) for r in roots], set(skip))
+        for root in snap.roots:
+            for path in _walk(root, skip):
+                try:
+                    snap.files[path] = path.read_bytes()
+                except OSError:
+                    pass
+        return snap
+
+    def restore(self) -> list[str]:
+        """Undo every change since the snapshot; return what had changed (relative paths)."""
+        changed = []
+        now = set()
+        for root in self.roots:
+            now.update(_walk(root, self.skip))
+        for path, data in self.files.items():
+            try:
+                same = path.read_bytes() == data
+            except OSError:
+                same = False
+            if not same:
+                changed.append(path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+        for path in now - set(self.files):
+            changed.append(path)
+            try:
+                path.unlink()
+            except OSError:
+                pass
+        return [_rel(p) for p in sorted(set(changed))]
+
+
+def _walk(root: Path, skip):
+    if root.is_file():
+        yield root
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS
+                       and os.path.join(dirpath, d) not in skip]
+        for name in filenames:
+            p = Path(dirpath) / name
+            if str(p) not in skip and not name.endswith(".pyc"):
+                yield p
+
+
+def _rel(p: Path) -> str:
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
