@@ -31,8 +31,8 @@ DOC = ROOT / "docs" / "performance.md"
 # for a section not measured yet
 SECTIONS = {
     "bench": ("Solutions against the baselines", "make bench"),
-    "repeatability": ("Repeatability of a grade", "python benchmarks/repeatability.py --times 5"),
-    "grading-time": ("Grading time", "bash benchmarks/run.sh LOGS grade regrade"),
+    "repeatability": ("Repeatability of a grade", "python3 benchmarks/repeatability.py --times 5"),
+    "grading-time": ("Grading time", "bash benchmarks/run.sh LOGS grading-time"),
     "edit-loop": ("The edit loop", "bash benchmarks/run.sh LOGS loop"),
 }
 OPEN = re.compile(r"^<!-- section (\S+) (\{.*\}) -->$", re.M)
@@ -107,12 +107,13 @@ def render(sections: dict[str, tuple[dict, str]]) -> str:
             continue
         stamp, body = sections[name]
         title = SECTIONS.get(name, (name,))[0]
-        out += ["", f"<!-- section {name} {json.dumps(stamp, sort_keys=True)} -->",
-                f"## {title}", "",
+        # the heading and the stamp line come from the stamp: between the markers, the body only
+        out += ["", f"## {title}", "",
                 f"Device: {stamp['device']}. Date: {stamp['date']}. Commit: {stamp['commit']}. "
                 f"Command: `{stamp['command']}`." + (f" Note: {stamp['note']}." if stamp.get("note")
                                                      else ""),
-                "", body.strip("\n"), f"<!-- end section {name} -->"]
+                "", f"<!-- section {name} {json.dumps(stamp, sort_keys=True)} -->",
+                body.strip("\n"), f"<!-- end section {name} -->"]
     return "\n".join(out) + "\n"
 
 
@@ -148,14 +149,15 @@ def write_bench_section(doc: Path, data: dict, plot: str | None = None) -> str:
     commits = sorted({r["commit"] for r in rows if r.get("commit")})
     old = [e["exercise"] for e, r in zip(data["exercises"], rows) if not r.get("commit")]
     if old:
-        commits.append("not recorded")
+        commits.append("not recorded (the old method)")
     body = bench_markdown(data).split("\n", 1)[1]  # without its own title
     body = re.sub(r"^(#+) ", r"#\1 ", body, flags=re.M)  # under the section's heading
     if plot:
         body = f"![make bench: rate against size, every track and baseline]({plot})\n\n{body}"
     note = ""
     if old:
-        note = ("the rows of " + ", ".join(old) + " were " + OLD_METHOD)
+        which = "every row was" if len(old) == len(rows) else "the rows of " + ", ".join(old) + " were"
+        note = f"{which} {OLD_METHOD}"
     return write_section(
         "bench", body, device=", ".join(devices), command=meta.get("command", "make bench"),
         date=dates[0] if len(dates) == 1 else f"{dates[0][:10]} to {dates[-1][:10]}",
