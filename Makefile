@@ -2,7 +2,7 @@
 # make exercise-02            grade one exercise, every failure in full (SANITIZE=memcheck|racecheck|...,
 #                             REPRO=check@example: one failing example again, as a failure prints it;
 #                             QUICK=1: 3 examples per property check, baselines' times cached)
-# make bench                  side-by-side benchmark of solutions/ vs baselines (needs a GPU;
+# make bench                  solutions/ vs baselines into docs/performance.md (needs a GPU;
 #                             EXERCISE=04,05: those only, the other rows kept; REPEATS=5)
 # make test                   the project's own tests
 # BUILD=aot                   (with grade/exercise-NN) ahead-of-time builds of the CUDA tracks
@@ -11,7 +11,7 @@ IMPL ?= starter
 SUBMISSION ?=
 BUILD ?=
 RESULTS ?= results.json
-BENCH_OUT ?= results/bench
+BENCH_OUT ?= docs
 VENV := .venv
 # make test: pytest-xdist workers where it is installed (auto: one per core)
 TEST_JOBS ?= auto

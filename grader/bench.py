@@ -5,9 +5,10 @@ grading: a hung kernel costs that exercise, not the run. Every track is timed in
 process (grader.submission) on inputs the judge makes; the graded case is measured `repeats` times
 (the repeatability of the medians, shown), the first with the validated batch of grader.measure.
 Then each [[benchmark.extra]] case the same way (a second entry point, or the op inside a
-compiled model). The parent writes bench.json, bench.md and bench.png (grader.report) after each
-exercise, so a cut-off run keeps what it measured; exercises not benched in this run keep the
-rows an earlier run wrote into the same folder (each with its own device and date).
+compiled model). The parent writes bench.json, bench.png and the "bench" section of
+performance.md (grader.benchdoc) after each exercise, so a cut-off run keeps what it measured;
+exercises not benched in this run keep the rows an earlier run wrote into the same folder (each
+with its own device, date and commit).
 """
 from __future__ import annotations
 
@@ -155,15 +156,19 @@ def bench_command(exercises, tree: Path, out_dir: Path, timeout_s: float | None 
         print(f"benchmarked {ex.id} in {results[-1]['seconds']:.0f} s", flush=True)
         md = write_bench(out_dir, tree, results)  # after each exercise: a cut-off run keeps some
     print(md)
-    print(f"wrote {out_dir}/bench.json, bench.md, bench.png")
+    print(f"wrote {out_dir}/bench.json, performance.md, bench.png")
     return 0
 
 
 def _meta(tree: Path) -> dict:
+    import shlex
+    import sys
     import torch
+    from grader.benchdoc import commit, now
     return {"device": torch.cuda.get_device_name(), "torch": str(torch.__version__),
-            "triton": __import__("triton").__version__,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "tree": str(tree.name)}
+            "triton": __import__("triton").__version__, "date": now(), "commit": commit(),
+            "command": shlex.join(["python", "-m", "grader", *sys.argv[1:]]),
+            "tree": str(tree.name)}
 
 
 def merged(previous: dict | None, results: list) -> list:
@@ -181,7 +186,9 @@ def merged(previous: dict | None, results: list) -> list:
 
 
 def write_bench(out_dir: Path, tree: Path, results: list) -> str:
-    from grader.report import bench_markdown, bench_plot
+    """bench.json (this run's rows merged into the earlier ones), the plot, and the "bench"
+    section of out_dir/performance.md; returns that section's tables."""
+    from grader.benchdoc import bench_markdown, bench_plot, write_bench_section
     path = out_dir / "bench.json"
     try:
         previous = json.loads(path.read_text())
@@ -189,7 +196,6 @@ def write_bench(out_dir: Path, tree: Path, results: list) -> str:
         previous = None
     data = {"meta": _meta(tree), "exercises": merged(previous, results)}
     path.write_text(json.dumps(data, indent=2) + "\n")
-    md = bench_markdown(data)
-    (out_dir / "bench.md").write_text(md)
     bench_plot(data, out_dir / "bench.png")
-    return md
+    write_bench_section(out_dir / "performance.md", data, plot="bench.png")
+    return bench_markdown(data)

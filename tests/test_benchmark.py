@@ -5,7 +5,7 @@ import pytest
 
 from grader.discover import discover
 from grader.measure import escaped, figures_for
-from grader.report import bench_markdown, bench_plot
+from grader.benchdoc import bench_markdown, bench_plot
 from grader.score import performance_credit
 from grader.timing import CEILINGS, ceiling_cache_path, rate, stats
 

@@ -1,6 +1,7 @@
 """Documents cite only what exists: every relative link, and every repository file a README,
 an exercise, a starter or a solution names. Files outside the repository (the shared notes a
-course was built from) are not cited to learners: the figure and its source are."""
+course was built from) are not cited to learners. Measured figures live in one place,
+docs/performance.md (generated): the READMEs cite it and never the old results/ folder."""
 import re
 from pathlib import Path
 
@@ -10,8 +11,8 @@ from grader.discover import ROOT
 
 SKIP = {".git", ".venv", ".cache", ".hypothesis", "__pycache__", ".whl", ".gpu", "node_modules"}
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s#]+)(?:#[^)]*)?\)")
-CITED = re.compile(r"(?<![\w./-])((?:grader|results|exercises|tests|include|solutions|starter)/"
-                   r"[\w./-]*\w\.(?:md|py|cu|cuh|cpp|h|toml|json|png|txt|sh))\b")
+CITED = re.compile(r"(?<![\w./-])((?:grader|benchmarks|docs|exercises|tests|include|solutions|"
+                   r"starter)/[\w./-]*\w\.(?:md|py|cu|cuh|cpp|h|toml|json|png|txt|sh))\b")
 OUTSIDE = re.compile(r"(?<![\w/.])(ANCHORS|FACTS|CURRICULUM|STYLE|TRUST)\.md\b")
 LEARNER_FACING = ("README.md", "exercises", "solutions", "starter", "include")
 
@@ -57,8 +58,8 @@ def test_learners_are_not_sent_outside_the_repository():
             continue
         for m in OUTSIDE.finditer(f.read_text(errors="replace")):
             bad.append(f"{_rel(f)}: {m.group(0)}")
-    assert not bad, ("cites notes that are not in the repository (say the figure, its device "
-                     "and date, and results/ as the source instead):\n" + "\n".join(bad))
+    assert not bad, ("cites notes that are not in the repository (cite docs/performance.md for "
+                     "a measured figure instead):\n" + "\n".join(bad))
 
 
 def test_check_hints_cite_sections_that_exist():
@@ -74,3 +75,37 @@ def test_check_hints_cite_sections_that_exist():
             if m is None or m.group(1) not in headings:
                 missing.append(f"{ex.id} {check}: {hint[-60:]!r}")
     assert not missing, "hints without a README section that exists:\n" + "\n".join(missing)
+
+
+def _readmes():
+    return [ROOT / "README.md", *sorted((ROOT / "exercises").glob("*/README.md"))]
+
+
+def test_no_readme_names_the_old_results_folder():
+    """results/ is gone (git history keeps the diary and the experiments): the measured figures
+    live in docs/performance.md, and the benchmarks that make them in benchmarks/."""
+    bad = [f"{_rel(f)}:{i}" for f in _readmes()
+           for i, line in enumerate(f.read_text().splitlines(), 1)
+           if re.search(r"(?<![\w./])results/", line)]
+    assert not bad, "READMEs naming results/ (cite docs/performance.md):\n" + "\n".join(bad)
+
+
+def test_readmes_cite_the_performance_document():
+    """A figure appears in one place: the top README and every exercise README send the reader
+    to docs/performance.md for the measured figures."""
+    missing = [_rel(f) for f in _readmes() if "docs/performance.md" not in f.read_text()]
+    assert not missing, "READMEs that do not cite docs/performance.md: " + ", ".join(missing)
+
+
+def test_performance_document_says_device_date_and_commit():
+    """docs/performance.md is generated (grader/benchdoc.py): its header is a table of every
+    section with the device, date, commit and command that measured it."""
+    text = (ROOT / "docs" / "performance.md").read_text()
+    head = text.split("\n## ", 1)[0]
+    assert "do not edit by hand" in head
+    assert "| section | device | date | commit | command |" in head
+    rows = [line for line in head.splitlines() if line.startswith("| [")]
+    assert rows, "no measured section in the header"
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 5 and all(cells), row

@@ -1,0 +1,182 @@
+"""benchmarks/ stays runnable (CPU-only): every script says what it measures and how to run it,
+uses only the grader's public commands, and dry-runs here; docs/performance.md is made of
+stamped sections that a run rewrites one at a time."""
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from grader.benchdoc import graded_figures, read_sections, render, repeatability_markdown, \
+    write_section
+from grader.discover import ROOT
+
+BENCH = ROOT / "benchmarks"
+SCRIPTS = sorted(p for p in BENCH.iterdir() if p.suffix in (".py", ".sh"))
+SHELL = [p for p in SCRIPTS if p.suffix == ".sh"]
+ENV = dict(os.environ, DRY_RUN="1", PY=sys.executable)
+
+
+def _header(p):
+    """The script's first line of prose: after the shebang, or its docstring's first line."""
+    lines = p.read_text().splitlines()
+    if p.suffix == ".sh":
+        return lines[1].lstrip("# ")
+    return lines[0].strip('"')
+
+
+def test_there_are_benchmarks():
+    assert {"run.sh", "repeatability.py", "edit_loop.sh", "grading_time.sh"} <= {p.name for p in SCRIPTS}
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_each_script_says_what_it_measures_and_how_to_run_it(script):
+    head = _header(script)
+    assert f"benchmarks/{script.name}" in head and "GPU" in head, head
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_scripts_use_the_public_commands_only(script):
+    """No grader private helper and no copy of a kernel: what a benchmark measures is what
+    `python -m grader` and `make` do (history keeps the experiments that did otherwise)."""
+    text = script.read_text()
+    private = re.findall(r"from grader\S* import [^\n]*\b_\w+|grader\.\w+\._\w+", text)
+    assert not private, private
+    assert "@triton.jit" not in text and "__global__" not in text
+    assert "GRADER_" not in text, "settings go through the commands' flags and make variables"
+
+
+@pytest.mark.parametrize("script", SHELL, ids=lambda p: p.name)
+def test_shell_scripts_parse(script):
+    subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def test_run_dry_runs_every_stage(tmp_path):
+    stages = ["env", "grading-time", "loop", "loop:06", "bench", "bench:04,06", "repeat:3",
+              "gpu-tests"]
+    out = subprocess.run(["bash", "benchmarks/run.sh", str(tmp_path), *stages], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, check=True).stdout
+    assert "make bench REPEATS=5 EXERCISE=04,06" in out
+    assert "edit_loop.sh 06 cuda rmsnorm_kernels.cu" in out
+    assert "repeatability.py --times 3" in out
+    bad = subprocess.run(["bash", "benchmarks/run.sh", str(tmp_path), "nonsense"], cwd=ROOT,
+                         env=ENV, capture_output=True, text=True)
+    assert bad.returncode != 0 and "unknown stage nonsense" in bad.stdout
+
+
+def test_edit_loop_and_grading_time_dry_run():
+    loop = subprocess.run(["bash", "benchmarks/edit_loop.sh", "06", "cuda", "rmsnorm_kernels.cu"],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, check=True).stdout
+    assert "--exercise 06 --submission" in loop and "--no-bench" in loop and "QUICK=1" in loop
+    wrong = subprocess.run(["bash", "benchmarks/edit_loop.sh", "06", "cuda", "nope.cu"], cwd=ROOT,
+                           env=ENV, capture_output=True, text=True)
+    assert wrong.returncode == 2 and "no solutions/06_rmsnorm/cuda/" + "nope.cu" in wrong.stderr
+    grading = subprocess.run(["bash", "benchmarks/grading_time.sh"], cwd=ROOT, env=ENV,
+                             capture_output=True, text=True, check=True).stdout
+    assert "make grade IMPL=solutions" in grading and "rm -rf .cache" in grading
+
+
+def _repeatability():
+    spec = importlib.util.spec_from_file_location("repeatability", BENCH / "repeatability.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_repeatability_dry_run_prints_the_grades(capsys):
+    assert _repeatability().main(["--times", "3", "--exercise", "06", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    assert all("-m grader grade --impl solutions --json" in line and "--exercise 06" in line
+               for line in lines)
+
+
+def test_repeatability_needs_a_gpu(tmp_path):
+    """On a machine without a GPU it says so and fails, and writes nothing."""
+    pytest.importorskip("torch")
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the real run is a benchmark, not a test")
+    doc = tmp_path / "performance.md"
+    r = subprocess.run([sys.executable, "benchmarks/repeatability.py", "--doc", str(doc)],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 1 and "needs a GPU" in r.stderr and not doc.exists()
+
+
+def _grade(points, ms):
+    """A results.json as `python -m grader grade --json` writes it, one timed track of 06."""
+    perf = "case {'rows': 8} bfloat16; ceiling: ...\n" + "".join(
+        f"{mode}: median {v:.1f} us (p20-p80 1.0-2.0), 4000 GB/s\n" for mode, v in ms.items())
+    return {"tests": [{"name": "06 rmsnorm [triton] performance", "output": perf},
+                      {"name": "06 rmsnorm [triton] output matches", "output": ""}],
+            "extra_data": {"tracks": [
+                {"exercise": "06_rmsnorm", "track": "triton", "points": points, "max_points": 14},
+                {"exercise": "06_rmsnorm", "track": "cuda", "points": 0.0, "max_points": 14}]}}
+
+
+def test_repeatability_table_gives_median_and_spread():
+    runs = [_grade(14.0, {"forward": 100.0, "forward_backward": 400.0}),
+            _grade(13.0, {"forward": 102.0, "forward_backward": 410.0}),
+            _grade(14.0, {"forward": 101.0})]  # the third grade's fwd+bwd timing did not run
+    assert graded_figures(runs[0])[("06_rmsnorm", "triton")]["modes"] == {
+        "forward": 100.0, "forward_backward": 400.0}
+    md = repeatability_markdown(runs)
+    assert "| 06_rmsnorm | triton | forward | 101.0 | 2.0% | 3/3 | 14.00 / 14 | 7.1% |" in md
+    assert "| 06_rmsnorm | triton | forward_backward | 405.0 | 2.5% | 2/3 |" in md
+    assert "| 06_rmsnorm | cuda | (not timed) | — | — | 0/3 | 0.00 / 14 | — |" in md
+
+
+def test_a_section_is_rewritten_and_the_others_kept(tmp_path):
+    doc = tmp_path / "performance.md"
+    write_section("repeatability", "| a |\n", device="GPU A", command="cmd 1",
+                  date="2030-01-01 00:00 UTC", commit_id="abc1234", doc=doc)
+    write_section("edit-loop", "loop table\n", device="GPU B", command="cmd 2", doc=doc)
+    write_section("repeatability", "| b |\n", device="GPU C", command="cmd 3",
+                  commit_id="def5678", doc=doc)
+    text = doc.read_text()
+    sections = read_sections(doc)
+    assert set(sections) == {"repeatability", "edit-loop"}
+    assert sections["repeatability"][1] == "| b |" and "| a |" not in text
+    assert sections["repeatability"][0]["device"] == "GPU C"
+    assert "loop table" in text and "GPU B" in text
+    assert "| GPU C |" in text and "| def5678 |" in text and "`cmd 3`" in text  # the header
+    assert "not measured yet" in text  # bench and grading time: the header says how to
+    assert render(read_sections(doc)) == text  # reading and writing are one format
+
+
+def test_performance_doc_is_generated_from_bench_json(tmp_path):
+    """docs/performance.md's bench section is what the generator writes from docs/bench.json:
+    nobody edited it by hand (regenerated into a copy, compared)."""
+    doc = ROOT / "docs" / "performance.md"
+    copy = tmp_path / "performance.md"
+    copy.write_text(doc.read_text())
+    from grader.benchdoc import write_bench_section
+    data = json.loads((ROOT / "docs" / "bench.json").read_text())
+    write_bench_section(copy, data, plot="bench.png")
+    assert copy.read_text() == doc.read_text(), \
+        "docs/performance.md differs from what its generator writes: run make bench (or " \
+        "python -m grader.benchdoc bench docs/bench.json) instead of editing it"
+
+
+def test_bench_rows_without_a_commit_are_flagged_as_the_old_method(tmp_path):
+    """make bench EXERCISE=04 keeps the other rows: a row from before the commit was recorded
+    stays flagged until it is measured again."""
+    from grader.benchdoc import write_bench_section
+    new = {"device": "GPU", "torch": "t", "triton": "t", "date": "2030-01-02 00:00 UTC",
+           "commit": "abc1234", "command": "python -m grader bench --exercise 04"}
+    old = {"device": "GPU", "torch": "t", "triton": "t", "date": "2030-01-01 00:00 UTC"}
+    data = {"meta": dict(new, tree="solutions"), "exercises": [
+        {"exercise": "02_scale", "error": "x", "measured": old},
+        {"exercise": "04_reduce_sum", "error": "y", "measured": new}]}
+    write_bench_section(tmp_path / "p.md", data)
+    stamp = read_sections(tmp_path / "p.md")["bench"][0]
+    assert stamp["commit"] == "abc1234, not recorded (the old method)"
+    assert stamp["note"].startswith("the rows of 02_scale were measured before")
+    assert stamp["date"] == "2030-01-01 to 2030-01-02"
+    assert stamp["command"] == "python -m grader bench --exercise 04"
+    data["exercises"][0]["measured"] = new
+    write_bench_section(tmp_path / "p.md", data)
+    assert "note" not in read_sections(tmp_path / "p.md")["bench"][0]
