@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     b.add_argument("--force", action="store_true", help="grade again what has a results.json")
     b.add_argument("--workers", type=int, default=0, help="at once (default: one per GPU)")
     b.add_argument("--build", choices=["jit", "aot"], default=None)
-    sub.choices["bench"].add_argument("--out", default=str(ROOT / "results" / "bench"))
+    sub.choices["bench"].add_argument("--out", default=str(ROOT / "docs"))
     sub.choices["bench"].add_argument("--repeats", type=int, default=2, help="times the graded "
                                       "case is measured (the medians' spread is shown)")
     sub.add_parser("list")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.discover import ROOT
+from grader.paths import ROOT
 
 SKIP = {".git", ".venv", ".cache", ".hypothesis", "__pycache__", ".whl", ".gpu", "node_modules"}
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s#]+)(?:#[^)]*)?\)")
@@ -17,9 +17,22 @@ OUTSIDE = re.compile(r"(?<![\w/.])(ANCHORS|FACTS|CURRICULUM|STYLE|TRUST)\.md\b")
 LEARNER_FACING = ("README.md", "exercises", "solutions", "starter", "include")
 
 
+def _tracked() -> set | None:
+    """The repository's files as git sees them (tracked, or new and not ignored): what a clone
+    holds. None outside a git checkout (then every file under ROOT but the SKIP folders)."""
+    import subprocess
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
+                         capture_output=True, text=True)
+    return {ROOT / line for line in out.stdout.splitlines()} if out.returncode == 0 else None
+
+
+TRACKED = _tracked()
+
+
 def _files(suffixes):
     for p in ROOT.rglob("*"):
-        if p.is_file() and p.suffix in suffixes and not SKIP & set(p.relative_to(ROOT).parts):
+        if p.is_file() and p.suffix in suffixes and not SKIP & set(p.relative_to(ROOT).parts) \
+                and (TRACKED is None or p in TRACKED):
             yield p
 
 
