@@ -18,7 +18,7 @@ from grader.cases import dy_for, fresh_seed, make_inputs
 from grader.paths import BASELINES, WARM
 from grader.reference import load_reference
 from grader.settings import current
-from grader.timing import host_ms, step, time_fn
+from grader.timing import host_ms, make_step, time_step
 
 
 def _compiled(fn):
@@ -63,6 +63,9 @@ def baseline_fns(exercise, ref, *, lazy: bool = False) -> dict:
 
 
 def time_baselines(exercise, ref, case, mode, fns, *, graded=True) -> dict:
+    """Each baseline's GPU time at `case` (timing.time_step: graph replay, as the submission's
+    op; a baseline that cannot be captured is timed by events and says so), with its host time
+    at the graded case."""
     import torch
     b = exercise.benchmark
     args = make_inputs(exercise, ref, case, fresh_seed())
@@ -73,10 +76,13 @@ def time_baselines(exercise, ref, case, mode, fns, *, graded=True) -> dict:
             out[name] = {"error": fn}
             continue
         try:
-            run, leaves = step(fn, args, mode, b.grad_args, dy)
-            t = time_fn(run, grad_to_none=leaves, rep_ms=200 if graded else 100)
+            run = make_step(fn, args, mode, b.grad_args, dy)
+            t = time_step(run, rep_ms=200 if graded else 100)
+            if "capture_error" in t:
+                e = t.pop("capture_error")
+                t["capture_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
             if graded:
-                t["host_ms"] = host_ms(run, grad_to_none=leaves)
+                t["host_ms"] = host_ms(run)
             out[name] = t
         except ImportError as e:
             out[name] = {"error": f"not installed ({e})"}
@@ -123,7 +129,7 @@ def warm_baselines(exercise) -> float:
             if isinstance(fn, str):
                 continue
             try:
-                step(fn, args, mode, b.grad_args, dy)[0]()
+                make_step(fn, args, mode, b.grad_args, dy)()
             except Exception:  # the timing phase reports a baseline that fails
                 failed = True
         del args, dy

@@ -317,23 +317,18 @@ def bench_plot(data: dict, path: Path) -> None:
 
 # --- repeatability: N grades of one tree -----------------------------------------------------
 
-MEDIAN_LINE = re.compile(r"^(\S+): median ([0-9.]+) us", re.M)
-
-
 def graded_figures(results: dict) -> dict[tuple[str, str], dict]:
-    """(exercise, track) -> {"points", "max_points", "modes": {mode: graded µs}} from one
-    Gradescope results.json of `python -m grader grade --json`: the points from extra_data, the
-    graded figure of each mode from the track's performance entry (the median line that
-    grader.report.performance_text writes; a track whose timing did not run has no modes)."""
+    """(exercise, track) -> {"points", "max_points", "modes": {mode: graded µs}, "baselines":
+    {(mode, name): µs}} from one Gradescope results.json of `python -m grader grade --json`
+    (its extra_data: grader.report.track_summary; a track not timed has no modes)."""
     out = {}
-    perf = {t["name"]: t.get("output", "") for t in results.get("tests", [])
-            if t["name"].endswith(" performance")}
     for t in results.get("extra_data", {}).get("tracks", []):
-        number, _, name = t["exercise"].partition("_")
-        text = perf.get(f"{number} {name} [{t['track']}] performance", "")
-        modes = {m: float(us) for m, us in MEDIAN_LINE.findall(text)}
-        out[(t["exercise"], t["track"])] = {"points": t["points"], "max_points": t["max_points"],
-                                            "modes": modes}
+        figures = t.get("figures") or {}
+        out[(t["exercise"], t["track"])] = {
+            "points": t["points"], "max_points": t["max_points"],
+            "modes": {m: f["us"] for m, f in figures.items()},
+            "baselines": {(m, n): us for m, f in figures.items()
+                          for n, us in (f.get("baselines_us") or {}).items()}}
     return out
 
 
@@ -366,6 +361,22 @@ def repeatability_markdown(runs: list[dict]) -> str:
             fig = (f"{statistics.median(us):.1f}", _spread(us)) if us else ("—", "—")
             out.append(f"| {key[0]} | {key[1]} | {mode} | {fig[0]} | {fig[1]} | "
                        f"{len(us)}/{len(per)} | {pts[0]} | {pts[1]} |")
+    # the baselines of each exercise and mode, timed in every grade (by every track: one row
+    # per exercise, from the first track)
+    rows = {}
+    for key in keys:
+        for g in graded:
+            for (mode, name), us in (g.get(key) or {}).get("baselines", {}).items():
+                rows.setdefault((key[0], mode, name, key[1]), []).append(us)
+    firsts = {}
+    for (ex, mode, name, track), us in sorted(rows.items()):
+        firsts.setdefault((ex, mode, name), us)
+    if firsts:
+        out += ["", "| exercise | baseline | mode | µs, median | (max − min) / median | timed |",
+                "|---|---|---|---|---|---|"]
+        for (ex, mode, name), us in firsts.items():
+            out.append(f"| {ex} | {name} | {mode} | {statistics.median(us):.1f} | "
+                       f"{_spread(us)} | {len(us)}/{len(runs)} |")
     return "\n".join(out) + "\n"
 
 

@@ -1,25 +1,28 @@
 """Measure: time a track at a benchmark case, with figures the judge can vouch for.
 
-The submission's process times its own op with `timing.time_fn` (CUDA events, L2
-flushed) and its host cost; the judge does not take that figure on trust:
+The submission's process times its own op with `timing.time_step`: one step (forward, or
+forward+backward) captured in a CUDA graph, its replays timed by CUDA events with L2 flushed,
+and the host cost of an eager call beside it. An op that cannot be captured is timed by events
+around eager calls, and its figure says so. The judge does not take the figure on trust:
 
-1. **Validated batch on the judge's clock.** The judge makes K fresh input sets (new random
-   values on every call, from a seed the submission cannot know in advance), sends them at once, and
-   times with its own wall clock the submission's back-to-back calls on them, minus the round trip of
-   an empty request. Every output of every call is then compared with the float64 reference: a
-   cached output (same pointers, new values), a deferred one (a side stream), or a special case
-   for the benchmark size fails here, and the performance earns nothing.
-2. **The figure.** The event time stands if the judge's wall clock agrees with it (within 30%
-   plus launch slack); if it does not, the batch runs again on new input sets (three batches
-   at most, the fastest counts: a hiccup of the machine is not the op's fault); if no batch
-   agrees, the wall-clock time is used, with a warning.
-3. **Physics.** A rate above 110% of the ceiling measured on this GPU is impossible: rejected,
-   naming the ceiling.
+1. **Validated replays on the judge's clock.** The judge makes K input sets and sends them at
+   once; the submission's process captures one graph per set (untimed). The judge then writes
+   new random values (from a seed the submission cannot know in advance) into every set, times
+   with its own wall clock the K back-to-back replays, minus the round trip of an empty
+   request, and compares every output and gradient with the float64 reference of the values it
+   wrote: a graph that does not compute from its inputs (a cached output, skipped or half the
+   work, a special case for the benchmark size) fails here, and the performance earns nothing.
+2. **The figure.** The replay time stands if the judge's wall clock agrees with it (within
+   ESCAPE_RATIO plus a small slack); if it does not, the batch runs again on new values (three
+   batches at most, the fastest counts: a hiccup of the machine is not the op's fault); if no
+   batch agrees, the wall-clock time is used, with a warning.
+3. **Physics.** A rate above 110% of the ceiling measured on this GPU is impossible: not
+   credited, naming the ceiling.
 4. **Who did the work.** One call at the benchmark case is observed like every check's call
    (delegation, side streams: grader.trust).
 
-Baselines are trusted code, timed in the judge's own process (grader.baselines). The figures go
-to the event log; the credit they earn is computed by grader.score, in the parent.
+Baselines are trusted code, timed the same way in the judge's own process (grader.baselines).
+The figures go to the event log; the credit they earn is computed by grader.score, in the parent.
 """
 from __future__ import annotations
 
@@ -34,7 +37,11 @@ from grader.testing import expected_grads, float64
 from grader.timing import CEILINGS, measure_ceilings, rate
 from grader.trust import Delegation, SideStream
 
-ESCAPE_RATIO, ESCAPE_SLACK_MS = 1.3, 0.05
+# wall clock per call over the reported time that is believed: replays are launched in a few us
+# and run back to back (their wall clock is their GPU time, a little less with a warm L2); eager
+# calls (not capturable) carry their host time too
+ESCAPE_RATIO = {"graph": 1.15, "events": 1.3}
+ESCAPE_SLACK_MS = 0.05
 IMPOSSIBLE = 1.10           # a rate above this fraction of the measured ceiling is not physical
 BATCH_BYTES = 12 << 30      # input + output memory one validated batch may use
 BATCH_TRIES = 3             # validated batches at most, when the wall clock disagrees (below)
@@ -43,10 +50,10 @@ BATCH_TRIES = 3             # validated batches at most, when the wall clock dis
 REL_BOUND = {"float64": 1e-9, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2, "int8": 1e-2}
 
 
-def escaped(event_ms: float, wall_ms: float) -> bool:
-    """Is the wall time per call well above the event time (work outside the timed region, or a
-    reported time that is not the real one)?"""
-    return wall_ms > ESCAPE_RATIO * event_ms + ESCAPE_SLACK_MS
+def escaped(event_ms: float, wall_ms: float, method: str = "graph") -> bool:
+    """Is the wall time per call well above the reported time (work outside the timed region,
+    or a reported time that is not the real one)?"""
+    return wall_ms > ESCAPE_RATIO[method] * event_ms + ESCAPE_SLACK_MS
 
 
 def _ok(reply: dict) -> dict:
@@ -99,8 +106,12 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     r = session.request("time", entry=b.call, args=share(args), mode=mode,
                         grad_args=list(b.grad_args), dy=share(dy) if dy is not None else None,
                         wrap=b.wrap, timeout_s=max(600, session.timeout_s))
-    t = {k: _ok(r)[k] for k in ("ms", "p20", "p80", "host_ms")}
-    trace("events and host time")
+    t = {k: _ok(r)[k] for k in ("ms", "p20", "p80", "host_ms", "method")}
+    if r.get("capture_error"):
+        e = r["capture_error"]
+        t["capture_error"] = (f"{e.get('where', '')}: " if e.get("where") else "") + \
+            f"{e.get('type')}: {str(e.get('message', '')).splitlines()[0][:300]}"
+    trace(f"GPU time ({t['method']}) and host time")
     del args, dy
     if not batch:
         return t
@@ -122,11 +133,12 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     del one, warm_dy
     walls, problem = [], None
     for attempt in range(BATCH_TRIES):
-        wall_ms, problem = _validated_batch(session, exercise, ref, case, mode, k, warmup, share)
+        wall_ms, problem = _validated_batch(session, exercise, ref, case, mode, k, warmup, share,
+                                            graphs=t["method"] == "graph")
         walls.append(wall_ms)
         trace(f"batch {attempt + 1}: {k} input sets staged, run ({wall_ms * 1e3:.1f} us a call) "
               f"and validated")
-        if problem or not escaped(t["ms"], min(walls)):
+        if problem or not escaped(t["ms"], min(walls), t["method"]):
             break
     del warmup
     t["wall_ms"] = min(walls)
@@ -136,20 +148,31 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     return t
 
 
-def _validated_batch(session, exercise, ref, case, mode, k, warmup, share):
-    """Stage k fresh input sets in the submission's process, time its back-to-back calls on them with the
-    judge's clock (minus an empty request's round trip), and hold every output to float64.
-    Returns (ms per call, the first problem or None)."""
+def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, graphs: bool):
+    """Stage k input sets in the submission's process (a graph captured on each), write new
+    values into every set, time the k back-to-back replays (or calls) with the judge's clock
+    (minus an empty request's round trip), and hold every output to float64 of the values the
+    judge wrote. Returns (ms per call, the first problem or None)."""
     import torch
     b = exercise.benchmark
-    sets = [make_inputs(exercise, ref, case, fresh_seed()) for _ in range(k)]
-    dys = [dy_for(ref, s, exercise) for s in sets] if mode == "forward_backward" else None
-    sent = share(sets)
-    sent_dys = share(dys) if dys is not None else None
+    staged = [make_inputs(exercise, ref, case, fresh_seed()) for _ in range(k)]
+    sent = share(staged)
+    sent_dys = share([dy_for(ref, s, exercise) for s in staged]) \
+        if mode == "forward_backward" else None
+    del staged
     torch.cuda.synchronize()
     limit = max(600, session.timeout_s)
     _ok(session.request("stage", entry=b.call, warmup=warmup, sets=sent, mode=mode,
-                        grad_args=list(b.grad_args), dys=sent_dys, wrap=b.wrap, timeout_s=limit))
+                        grad_args=list(b.grad_args), dys=sent_dys, wrap=b.wrap, graphs=graphs,
+                        timeout_s=limit))
+    # new values, in place, into the memory the graphs read: what the replays must compute from
+    sets, dys = [], []
+    for i, args in enumerate(sent):
+        fresh = make_inputs(exercise, ref, case, fresh_seed())
+        sets.append(_refill(args, fresh))
+        if sent_dys is not None:
+            dys.append(_refill(sent_dys[i], dy_for(ref, sets[-1], exercise)))
+    torch.cuda.synchronize()
     start = time.perf_counter()
     session.request("noop")
     noop = time.perf_counter() - start
@@ -171,17 +194,34 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, share):
     return max(wall - noop, 1e-6) * 1e3 / k, problem
 
 
+def _refill(sent, fresh):
+    """Write `fresh`'s tensors into the shared tensors of `sent` (same structure), keeping
+    `sent`'s other arguments (a scalar, a seed: a captured graph holds them fixed). Returns the
+    arguments as the judge computes the expectation from: fresh values, the same scalars."""
+    import torch
+    if isinstance(sent, torch.Tensor):
+        sent.copy_(fresh)
+        return fresh
+    if isinstance(sent, (tuple, list)):
+        return type(sent)(_refill(s, f) for s, f in zip(sent, fresh))
+    return sent
+
+
 def figures_for(exercise, model, t, ceilings) -> dict:
     """Rates, fraction of the ceiling, the figure used and why, for one mode of a track."""
     b = exercise.benchmark
     t = dict(t)
     warnings = []
-    # against the GPU time the events report (before a wall-clock figure may replace it)
+    method = t.get("method", "graph")
+    if t.get("capture_error"):
+        warnings.append(f"not capturable in a CUDA graph ({t['capture_error']}): timed by "
+                        f"events around eager calls, which hold the host's time too")
+    # against the GPU time reported (before a wall-clock figure may replace it)
     host_bound = t.get("host_ms") is not None and t["host_ms"] > t["ms"]
-    if "wall_ms" in t and escaped(t["ms"], t["wall_ms"]):
+    if "wall_ms" in t and escaped(t["ms"], t["wall_ms"], method):
         tries = len(t.get("walls_ms") or [t["wall_ms"]])
         fastest = f" (the fastest of {tries} validated batches)" if tries > 1 else ""
-        if host_bound:
+        if host_bound and method == "events":
             # host-bound: back-to-back calls go at the host's pace, not the GPU's; no accusation
             # (the message only: host_ms comes from the submission's process, so the figure
             # used is the judge's wall clock either way)
@@ -191,7 +231,7 @@ def figures_for(exercise, model, t, ceilings) -> dict:
                             f"below); the wall-clock time is used")
         else:
             warnings.append(f"wall clock {t['wall_ms'] * 1e3:.0f} us per call vs "
-                            f"{t['ms'] * 1e3:.0f} us reported by events{fastest}: the events do "
+                            f"{t['ms'] * 1e3:.0f} us reported{fastest}: the reported time does "
                             f"not hold all the work (the host waiting for the GPU inside each "
                             f"call: .item(), .cpu(), a synchronize; a side stream; or a reported "
                             f"time that is not the real one); the wall-clock time is used")

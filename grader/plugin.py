@@ -39,6 +39,7 @@ record = None  # the Recorder, set in pytest_configure
 SESSION = None  # the submission's process (grader.proxy.Session), started once per judge
 PRESTARTED = None  # that process, if the judge started it before importing torch (grader.launch)
 OWN_WORK = "grader::own_work"  # the check that the submission's own kernels did the work
+CAPTURABLE = "grader::capturable"  # the check that one step can be captured in a CUDA graph
 
 
 def pytest_addoption(parser):
@@ -135,7 +136,18 @@ def pytest_collection_finish(session):
              for i in session.items]
     if tests:
         tests.append({"id": OWN_WORK, "name": "your kernels do the work", "category": "correctness"})
+        if _capture_probe_applies(session.config, session.items):
+            tests.append({"id": CAPTURABLE, "name": "capturable in a CUDA graph",
+                          "category": "correctness"})
     record(event="collected", tests=tests)
+
+
+def _capture_probe_applies(config, items) -> bool:
+    """On a GPU, for an exercise with a benchmark, in a full grade (not REPRO, not a selection of
+    the project's own tests)."""
+    if not HAS_GPU or current().repro or current().select or not items:
+        return False
+    return _exercise(str(items[0].path.parent)).benchmark is not None
 
 
 def _short(nodeid: str) -> str:
@@ -271,8 +283,52 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session, exitstatus):
     stop = session.shouldstop
     if SESSION is not None:
+        if _capture_probe_applies(session.config, session.items):
+            _record_capturable(SESSION)
         _record_trust(SESSION)
     record(event="finished", stopped=stop if isinstance(stop, str) else None)
+
+
+def _record_capturable(s) -> None:
+    """Training and serving stacks capture their steps in CUDA graphs (vLLM, torch.compile's
+    reduce-overhead), so a custom op must be capturable: one step at the benchmark case (forward
+    and backward where the exercise has both) is captured and replayed in the submission's
+    process. A host synchronization, .item(), a copy to the CPU, an allocation outside PyTorch's
+    allocator or work on another stream fails it, with the reason and the line."""
+    import torch
+    from grader.cases import dy_for, fresh_seed, make_inputs
+    from grader.seam import transfer_copy, tree_map
+    b = s.exercise.benchmark
+    if s.dead is not None or not s.ok_calls:
+        record(event="result", test=CAPTURABLE, outcome="failed", type="NotRun",
+               message="no call of the op completed: nothing to capture",
+               not_implemented=s.stub_seen)
+        return
+    mode = "forward_backward" if "forward_backward" in b.modes else "forward"
+    ref = load_reference(s.exercise)
+    args = make_inputs(s.exercise, ref, b.case, fresh_seed())
+    dy = dy_for(ref, args, s.exercise) if mode == "forward_backward" else None
+    share = lambda v: tree_map(lambda t: transfer_copy(t) if isinstance(t, torch.Tensor) else t, v)
+    try:
+        reply = s.request("capture", entry=b.call, args=share(args), mode=mode,
+                          grad_args=list(b.grad_args), dy=share(dy) if dy is not None else None)
+    except SubmissionDied as e:
+        record(event="result", test=CAPTURABLE, outcome="failed", crashed=True, message=e.reason)
+        return
+    if not reply.get("ok") or not reply.get("capturable"):
+        err = reply.get("error") or {}
+        where = err.get("where", "")
+        record(event="result", test=CAPTURABLE, outcome="failed", type="NotCapturable",
+               where=where, message=(
+                   f"one {mode.replace('_', '+')} step at the benchmark case could not be "
+                   f"captured in a CUDA graph: {err.get('type')}: "
+                   f"{str(err.get('message', '')).splitlines()[0][:400] if err.get('message') else ''}"
+                   f"\nWhat breaks a capture: a host synchronization (torch.cuda.synchronize, "
+                   f".item(), .cpu(), printing a tensor), an allocation outside PyTorch's "
+                   f"allocator (cudaMalloc), work launched on another stream than the current "
+                   f"one. The op is timed by events instead (its figure says so)."))
+        return
+    record(event="result", test=CAPTURABLE, outcome="passed")
 
 
 def _record_trust(s) -> None:

@@ -281,7 +281,16 @@ def track_summary(ex: Exercise, r: TrackResult, s: Score) -> dict:
             "delegation": any(c.name == "your kernels do the work" and c.outcome == "failed"
                               and "nothing to judge" not in c.message for c in r.checks),
             "host_bound": any(f.get("host_bound") for f in figures.values()),
-            "ended": r.ended or ""}
+            "ended": r.ended or "",
+            # per mode: the graded GPU time (us), how it was timed, the host time, and each
+            # baseline's GPU time: what a class summary and the repeatability table read
+            "figures": {mode: {"us": round(f["ms"] * 1e3, 2), "method": f.get("method"),
+                               "host_us": round(f["host_ms"] * 1e3, 2)
+                               if f.get("host_ms") is not None else None,
+                               "baselines_us": {n: round(b["ms"] * 1e3, 2)
+                                                for n, b in (f.get("baselines") or {}).items()
+                                                if "ms" in b}}
+                        for mode, f in figures.items() if f.get("ms") is not None}}
 
 
 def junit(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: float) -> str:

@@ -30,7 +30,7 @@ from grader.paths import EXERCISES, ROOT, build_dir, submission_caches
 from grader.pyfile import LoadError
 from grader.sandbox import Attempts, close_filesystem
 from grader.settings import current
-from grader.timing import host_ms, step, time_fn
+from grader.timing import capture, host_ms, make_step, time_step
 from grader.trust import allowed_ops, poison_fresh_memory
 
 
@@ -286,56 +286,68 @@ class SubmissionServer:
         return self._target(("compiled", entry, wrap))
 
     def do_time(self, entry, args, mode, grad_args, dy, wrap=None) -> dict:
-        """The op's own timing (events, L2 flushed) and host cost, on the judge's inputs."""
+        """The op's GPU time (grader.timing.time_step: graph replay, L2 flushed; events if it
+        cannot be captured, with the reason) and its host cost, on the judge's inputs."""
         self._unpoisoned()
-        run, leaves = step(self._timed(entry, wrap), args, mode, grad_args, dy)
-        t = time_fn(run, grad_to_none=leaves)
-        t["host_ms"] = host_ms(run, grad_to_none=leaves)
+        run = make_step(self._timed(entry, wrap), args, mode, grad_args, dy)
+        t = time_step(run)
+        error = t.pop("capture_error", None)
+        if error is not None:
+            t["capture_error"] = self._error(error)
+        t["host_ms"] = host_ms(run)
         return t
 
-    def _run_set(self, fn, args, mode, grad_args, dy):
-        torch = self.torch
-        if mode == "forward":
-            out = fn(*args)
-            outs = out if isinstance(out, (tuple, list)) else (out,)
-            return tuple(o.detach() if isinstance(o, torch.Tensor) else None for o in outs)
-        args = list(args)
-        leaves = [args[i].detach().requires_grad_(True) for i in grad_args]
-        for i, leaf in zip(grad_args, leaves):
-            args[i] = leaf
-        out = fn(*args)
-        first = out[0] if isinstance(out, (tuple, list)) else out
-        first.backward(dy)
-        return (first.detach(),) + tuple(l.grad for l in leaves)
+    def do_capture(self, entry, args, mode, grad_args, dy, wrap=None) -> dict:
+        """Can one step be captured in a CUDA graph? (The check "capturable": training and
+        serving stacks capture their steps.) The reason and the learner's line if not."""
+        self._unpoisoned()
+        try:
+            graph, outs = capture(make_step(self._timed(entry, wrap), args, mode, grad_args, dy))
+            graph.replay()
+            self.torch.cuda.synchronize()
+        except Exception as e:
+            self.torch.cuda.synchronize()
+            return {"capturable": False, "error": self._error(e)}
+        finally:
+            poison_fresh_memory()  # the checks go on: fresh memory is poisoned again
+        return {"capturable": True}
 
-    def do_stage(self, entry, warmup, sets, mode, grad_args, dys, wrap=None) -> dict:
-        """Receive a validated batch (opening shared memory is not the op's time), and warm up on
-        an input set of its own that is never timed: compilation and the caching allocator's
-        first allocations stay out of the clock, and no timed input has been seen before."""
+    def do_stage(self, entry, warmup, sets, mode, grad_args, dys, wrap=None,
+                 graphs=True) -> dict:
+        """Receive a validated batch (opening shared memory is not the op's time), warm up on an
+        input set of its own that is never timed, and (`graphs`) capture one graph per input set,
+        each reading that set's memory: the judge then writes new values into every set before
+        `go`, so a replay computes from inputs it has never seen. Without `graphs` (an op that
+        cannot be captured) `go` calls the op eagerly on each set."""
         torch = self.torch
         self._unpoisoned()
         fn = self._timed(entry, wrap)
         w_args, w_dy = warmup
-        first = self._run_set(fn, w_args, mode, grad_args, w_dy)
-        spare = [[torch.empty_like(t) for t in first if isinstance(t, torch.Tensor)]
-                 for _ in sets]  # room for every timed call's outputs, then given back
-        del spare, first
+        make_step(fn, w_args, mode, grad_args, w_dy)()
+        steps = [make_step(fn, args, mode, grad_args, dys[k] if dys else None)
+                 for k, args in enumerate(sets)]
+        # (graph, its static outputs) per set; or the eager step
+        self.staged = [capture(run) for run in steps] if graphs else steps
+        self.graphs_staged, self.results = graphs, None
         torch.cuda.synchronize()
-        self.staged = (fn, sets, mode, grad_args, dys)
-        self.results = None
         return {}
 
     def do_go(self) -> dict:
-        """Back-to-back calls, one per staged input set; answer when the stream is done."""
-        fn, sets, mode, grad_args, dys = self.staged
-        self.results = [self._run_set(fn, args, mode, grad_args, dys[k] if dys else None)
-                        for k, args in enumerate(sets)]
+        """Back-to-back replays (or calls), one per staged input set; answer when the stream is
+        done. The judge times this request with its own clock."""
+        if self.graphs_staged:
+            for graph, _ in self.staged:
+                graph.replay()
+        else:
+            self.results = [run() for run in self.staged]
         self.torch.cuda.current_stream().synchronize()
         return {}
 
     def do_collect(self) -> dict:
-        results, self.results, self.staged = self.results, None, None
-        return {"outs": results}
+        """Each set's outputs: a graph's static outputs after its replay, or the calls'."""
+        outs = ([o for _, o in self.staged] if self.graphs_staged else self.results)
+        self.staged = self.results = None
+        return {"outs": outs}
 
     def do_run(self, name, args) -> dict:
         """A trusted procedure of the exercise's reference.py, given the track's entry points:

@@ -1,9 +1,12 @@
 """Timing: the one timing helper, and the ceilings every kernel is held to.
 
-How (the anchors' method): `triton.testing.do_bench` warms up, flushes L2 before every repetition
-and times with CUDA events; we keep the median and the 20th-80th percentile spread. Beside it,
-the host time of one call: the CPU time to enqueue it while the GPU is kept busy (so the host never
-waits for the GPU); when that exceeds the GPU time, the op is host-bound.
+How: a step (one forward, or one forward+backward: `make_step`) is captured in a CUDA graph and
+its replays are timed with `triton.testing.do_bench` (warm-up, L2 flushed before every
+repetition, CUDA events): the median and the 20th-80th percentile spread of GPU time
+(`time_step`). A step that cannot be captured is timed by events around eager calls, labelled
+so. Beside it, the host time of one eager call: the CPU time to enqueue it while the GPU is kept
+busy (so the host never waits for the GPU); when that exceeds the GPU time, the op is host-bound
+(reported, never scored).
 
 Ceilings are declared once, in CEILINGS (name, unit, what the op's model counts, how measured),
 measured once per GPU and torch version and cached; a new ceiling is a new entry here.
@@ -40,38 +43,88 @@ def stats(quantiles: list[float]) -> dict:
     return {"ms": p50, "p20": p20, "p80": p80}
 
 
-def time_fn(fn, *, grad_to_none=None, rep_ms: int = 200, warmup_ms: int = 50) -> dict:
-    """The one timing helper: median and spread of `fn` in ms, L2 flushed between runs."""
+def time_fn(fn, *, rep_ms: int = 200, warmup_ms: int = 50) -> dict:
+    """Median and spread of `fn` in ms by CUDA events, L2 flushed between runs (do_bench): a
+    graph's replay (time_step), or one kernel whose launch the GPU never waits for (ceilings)."""
     import triton.testing
     fn()  # first call outside the timing: compilation, autotuning, lazy init
-    q = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none,
-                                quantiles=list(QUANTILES))
+    q = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=list(QUANTILES))
     return stats(q)
 
 
-def step(fn, args, mode, grad_args, dy):
-    """What one timed call runs: a zero-argument callable that calls `fn` once in `mode`
-    ("forward", or "forward_backward": the first output's backward with the fixed gradient
-    `dy`), and the leaves whose .grad must be reset between calls (None in forward mode). The
-    one definition, for the submission's op (grader.submission) and every baseline alike."""
+def make_step(fn, args, mode, grad_args, dy):
+    """One step of `fn` in `mode`, as a zero-argument callable returning its outputs: the
+    forward's outputs ("forward"), or the first output and the gradients of the inputs in
+    `grad_args` for the fixed incoming gradient `dy` ("forward_backward"). The gradients come
+    from torch.autograd.grad, so nothing accumulates in .grad between steps and a captured step
+    replays exactly. The inputs are used as they are (a leaf shares its input's memory): writing
+    new values into them changes what the next call, or replay, computes. The one definition,
+    for the submission's op (grader.submission) and every baseline alike."""
+    import torch
     if mode == "forward":
-        return (lambda: fn(*args)), None
+        def forward():
+            out = fn(*args)
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            return tuple(o.detach() if isinstance(o, torch.Tensor) else None for o in outs)
+        return forward
     args = list(args)
-    leaves = []
-    for i in grad_args:
-        args[i] = args[i].detach().requires_grad_(True)
-        leaves.append(args[i])
+    leaves = [args[i].detach().requires_grad_(True) for i in grad_args]
+    for i, leaf in zip(grad_args, leaves):
+        args[i] = leaf
 
-    def run():
+    def forward_backward():
         out = fn(*args)
         first = out[0] if isinstance(out, (tuple, list)) else out
-        first.backward(dy)
-    return run, leaves
+        grads = torch.autograd.grad(first, leaves, dy, allow_unused=True)
+        return (first.detach(),) + tuple(grads)
+    return forward_backward
 
 
-def host_ms(fn, *, grad_to_none=None, calls: int = 20) -> float:
-    """CPU time to enqueue one call, measured while the GPU is held busy by a sleeping kernel, so
-    that no call waits for the GPU (a queue that drains would hide the host cost)."""
+def capture(run):
+    """`run` captured in a CUDA graph: (graph, its static outputs). Two warm-up calls on a side
+    stream first (what capture asks: autotuning, lazy initialization and the allocator's first
+    blocks happen outside it). Raises what the capture raised: a host synchronization, .item(),
+    a copy to the CPU, an allocation outside PyTorch's allocator, work on another stream."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = run()
+    return graph, outs
+
+
+def time_step(run, *, rep_ms: int = 200, warmup_ms: int = 50) -> dict:
+    """The one timing helper: GPU time of one step, replayed from a captured CUDA graph.
+
+    One step per graph, and L2 flushed before every replay (do_bench's memset, outside the
+    timed events): each replay starts as a step does in a model, with other work's data in the
+    cache, and a case smaller than L2 is not timed from a warm cache. The flush also keeps the
+    GPU behind the host, so the events hold the replay's GPU time and not its launch. Replay
+    takes the host out of the figure: on hosts where one eager autograd step costs as much CPU
+    as the GPU work, events around eager calls measured the host (13-45% spread, FACTS.md).
+
+    A step that cannot be captured is timed by events around eager calls instead, and says so:
+    {"method": "events", "capture_error": the exception}. Otherwise {"method": "graph"}."""
+    import torch
+    try:
+        graph, _ = capture(run)
+    except Exception as e:  # not capturable: the caller reports why, and it is timed eagerly
+        torch.cuda.synchronize()
+        t = time_fn(run, rep_ms=rep_ms, warmup_ms=warmup_ms)
+        return {**t, "method": "events", "capture_error": e}
+    t = time_fn(graph.replay, rep_ms=rep_ms, warmup_ms=warmup_ms)
+    return {**t, "method": "graph"}
+
+
+def host_ms(fn, *, calls: int = 20) -> float:
+    """CPU time to enqueue one eager call, measured while the GPU is held busy by a sleeping
+    kernel, so that no call waits for the GPU (a queue that drains would hide the host cost).
+    Reported beside the GPU time, never mixed into it."""
     import torch
     fn()
     torch.cuda.synchronize()
@@ -79,8 +132,6 @@ def host_ms(fn, *, grad_to_none=None, calls: int = 20) -> float:
     #                              enqueues take (a host-bound op needs ~1 ms each)
     start = time.perf_counter()
     for _ in range(calls):
-        for t in grad_to_none or ():
-            t.grad = None
         fn()
     spent = (time.perf_counter() - start) * 1e3 / calls
     torch.cuda.synchronize()
