@@ -88,11 +88,13 @@ NAMES = (
     ("dynamic-code", ("marshal", "pickle.load*", "dill", "types.CodeType", "codeop")),
     ("intercept", ("torch.utils._python_dispatch", "torch.overrides.TorchFunctionMode",
                    "torch._C._autograd", "torch._C._profiler", "torch.autograd._*profiler*",
-                   "torch.cuda.cudart", "torch.cuda.profiler", "torch.library.register_torch_dispatch",
+                   "torch.cuda.cudart", "torch.cuda.profiler",
+                   "torch.library.register_torch_dispatch",
                    "torch.nn.modules.module.register_module_*",
                    "torch.autograd.graph.saved_tensors_hooks", "torch.autograd.graph.save_on_cpu",
                    "torch.cuda.*CUDAPluggableAllocator", "torch.cuda.*change_current_allocator",
-                   "torch.cuda.*caching_allocator_alloc", "torch.cuda.*set_per_process_memory_fraction",
+                   "torch.cuda.*caching_allocator_alloc",
+                   "torch.cuda.*set_per_process_memory_fraction",
                    "torch.cuda.memory._*")),
     ("file-write", ("os.open", "os.remove", "os.unlink", "os.rename", "os.replace", "os.rmdir",
                     "os.removedirs", "os.truncate", "os.chmod", "os.symlink", "os.link", "shutil")),
@@ -110,6 +112,7 @@ REGISTRARS = {f"torch.library.{n}" for n in (
     "custom_op", "triton_op", "register_vmap", "_scoped_library")}
 TORCH_NAMESPACES = {"aten", "prim", "prims", "_", "profiler", "inductor"}
 OWN = {"self", "cls", "ctx"}
+SETTERS = ("setattr", "delattr", "vars")
 BINDERS = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension,
            ast.withitem, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
@@ -230,8 +233,9 @@ class _Python(ast.NodeVisitor):
         nodes = list(ast.walk(tree))
         for n in nodes:
             if isinstance(n, ast.Import):
-                for a in n.names:
-                    self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                for a in n.names:  # `import a.b` binds a; `import a.b as c` binds c to a.b
+                    top = a.name.split(".")[0]
+                    self.aliases[a.asname or top] = a.name if a.asname else top
             elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
                 for a in n.names:
                     self.aliases[a.asname or a.name] = f"{n.module}.{a.name}"
@@ -294,12 +298,13 @@ class _Python(ast.NodeVisitor):
             self.aliases[key] = (q[:-2] if q.endswith("[]") else q + "[...]") if element else q
 
     def _sink(self, f, key, method):
-        params = [p.arg for p in f.args.posonlyargs + f.args.args] + [p.arg for p in f.args.kwonlyargs]
+        a = f.args
+        params = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
         hit = set()
         for n in ast.walk(f):
-            if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            if isinstance(n, (ast.Attribute, ast.Subscript)) and not isinstance(n.ctx, ast.Load):
                 root = _root(n)
-            elif isinstance(n, ast.Call) and n.args and self.callee(n.func) in ("setattr", "delattr", "vars"):
+            elif isinstance(n, ast.Call) and n.args and self.callee(n.func) in SETTERS:
                 root = _root(n.args[0])
             else:
                 continue
@@ -367,7 +372,8 @@ class _Python(ast.NodeVisitor):
             self.flag(node, "native", self.seg(node))
         elif node.attr == "__dict__" and base:
             self.flag(node, "namespace", f"{base}.__dict__")
-        elif node.attr in ("__setattr__", "__delattr__") and (base or _dotted(node.value) in ("object", "type")):
+        elif node.attr in ("__setattr__", "__delattr__") and (
+                base or _dotted(node.value) in ("object", "type")):
             self.flag(node, "patch", self.seg(node))
         elif node.attr in ("write_text", "write_bytes"):
             self.flag(node, "file-write", self.seg(node))
@@ -411,13 +417,14 @@ class _Python(ast.NodeVisitor):
                 self.flag(node, "dynamic-code", self.seg(node))
         elif name in IMPORTERS and not isinstance(first, str):
             self.flag(node, "dynamic-code", self.seg(node))
-        elif name in ("getattr", "hasattr") and len(args) >= 2 and not isinstance(_lit(args[1]), str):
-            if self.qual(args[0]):
+        elif name in ("getattr", "hasattr") and len(args) >= 2:
+            if not isinstance(_lit(args[1]), str) and self.qual(args[0]):
                 self.flag(node, "dynamic-name", self.seg(node))
         elif name in ("setattr", "delattr") and args:
             obj = args[0]
-            if self.qual(obj) or not isinstance(_root(obj), ast.Name) or (
-                    len(args) > 1 and not isinstance(_lit(args[1]), str) and _dotted(obj) not in OWN):
+            computed = len(args) > 1 and not isinstance(_lit(args[1]), str)
+            if (self.qual(obj) or not isinstance(_root(obj), ast.Name)
+                    or computed and _dotted(obj) not in OWN):
                 self.flag(node, "patch", self.seg(node))
         elif name == "vars" and args and self.qual(args[0]):
             self.flag(node, "namespace", self.seg(node))
@@ -481,42 +488,48 @@ TOKENS = re.compile(r"""(//[^\n]*|/\*.*?\*/)|(R"([^()\\\s]{0,16})\(.*?\)\3"|"(?:
                     r"""'(?:\\.|[^'\\\n])*')""", re.S)  # comments | raw, plain and char literals
 CALL = r"(?<![\w.>:])(?:std\s*::\s*|::\s*)?(?:{})\s*\("
 DEFINE = r"^[ \t]*#[ \t]*define[ \t]+\w+(?:\([^)\n]*\))?[ \t]+(?:{})\b"
-PROCESS = "system|popen|fork|vfork|execl|execlp|execle|execv|execvp|execvpe|posix_spawn|posix_spawnp"
+PROCESS = "system|popen|fork|vfork|execl|execlp|execle|execv|execvp|execvpe|posix_spawnp?"
 SIGNAL = "kill|killpg|tgkill|tkill|signal|sigaction|sigqueue|raise|abort|pthread_kill"
-AT_CUDA_UTILS = ("philox|detail|getCurrent\\w*|getDevice\\w*|device_count|current_device|set_device|"
+AT_CUDA_UTILS = ("philox|detail|getCurrent\\w*|getDevice\\w*|device_count|current_device|"
+                 "set_device|"
                  "is_available|device_synchronize|stream_synchronize|warning_state")
 CPP_CODE = (  # (rule, substrings of which one must be present, then the regex that decides)
     ("aten-internal", ("native", "_ops", "redispatch", "composite"),
      r"\b(?:native|_ops|redispatch|compositeexplicitautograd\w*|compositeimplicitautograd)\b"),
     ("aten-internal", ("cpu",), r"\bat\s*::\s*cpu\s*::"),
-    ("aten-internal", ("cuda",), rf"\bat\s*::\s*cuda\s*::\s*(?!(?:{AT_CUDA_UTILS})\b)[a-z_][a-z0-9_]*\b"),
+    ("aten-internal", ("cuda",),  # at::cuda::<snake_case op> is a structured kernel, not a helper
+     rf"\bat\s*::\s*cuda\s*::\s*(?!(?:{AT_CUDA_UTILS})\b)[a-z_][a-z0-9_]*\b"),
     ("library", ("cublas", "cudnn", "cusparse", "cufft", "cusolver", "cutensor", "nccl"),
      r"\b(?:cublas|cudnn|cusparse|cufft|cusolver|cutensor|nccl)\w*"),
-    ("library", ("curand", "cub", "thrust"), r"\bcurand(?:Create|Generate|Set|Destroy|Generator)\w*|"
+    ("library", ("curand", "cub", "thrust"),  # curand's host API; the device API is honest
+     r"\bcurand(?:Create|Generate|Set|Destroy|Generator)\w*|"
      r"\bcub\s*::\s*Device\w+|\bthrust\s*::\s*(?!complex\b|pair\b|tuple\b)\w+\s*\("),
-    ("native", ("dlopen", "dlsym", "dlmopen", "dlvsym", "syscall", "nvrtc", "ModuleLoad", "LibraryLoad"),
+    ("native", ("dl", "syscall", "nvrtc", "ModuleLoad", "LibraryLoad"),
      r"\b(?:dlopen|dlsym|dlmopen|dlvsym|syscall|nvrtc\w+|cuModuleLoad\w*|cuLibraryLoad\w*|"
      r"cudaLibraryLoad\w*)\b"),
     ("python", ("Py",), r"\bPy(?:[A-Z][A-Za-z]*)?_[A-Z]\w*\s*\("),
     ("python", ("exec", "eval", "globals", "import", "jit"), r"\b(?:py|pybind11)\s*::\s*(?:exec|"
      r"eval|eval_file|globals|module_?\s*::\s*import)\b|\btorch\s*::\s*jit\b"),
     ("threads", ("std",), r"\bstd\s*::\s*(?:thread|jthread|async)\b"),
-    ("threads", ("pthread_create",) + tuple(PROCESS.split("|")),
+    ("threads", ("pthread_create", "system", "popen", "fork", "exec", "posix_spawn"),
      rf"\bpthread_create\b|{CALL.format(PROCESS)}|{DEFINE.format(PROCESS)}"),
     ("signals", tuple(SIGNAL.split("|")), rf"{CALL.format(SIGNAL)}|{DEFINE.format(SIGNAL)}"),
-    ("intercept", ("TORCH_LIBRARY",), r"TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(\s*(?:aten|prims?|_)\s*,"),
+    ("intercept", ("TORCH_LIBRARY",),  # registering into PyTorch's own namespaces
+     r"TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(\s*(?:aten|prims?|_)\s*,"),
     ("intercept", ("RecordFunction", "Callback", "rofiler", "constructor", "globalContext"),
      r"\b(?:RecordFunctionGuard|DisableRecordFunctionGuard|enableRecordFunction|addGlobalCallback|"
      r"addThreadLocalCallback|removeCallback|clear\w*Callbacks|\w*[eE]nableProfiler\w*|"
      r"disableProfiler\w*)\b|__attribute__\s*\(\(\s*constructor|\bgnu\s*::\s*constructor\b|"
      r"\bglobalContext\s*\(\s*\)\s*\.\s*set\w+"),
-    ("obfuscation", ("##", "\\\n", "\\\r"), r"##|\w\\\r?\n"),  # token pasting; a name split by a line end
+    # token pasting, and a name split by a backslash-newline, can spell any name above
+    ("obfuscation", ("##", "\\\n", "\\\r"), r"##|\w\\\r?\n"),
 )
 CPP_INCLUDES = (
     ("aten-internal", r"^ATen/native/|^ATen/(?:CPU|CUDA|Meta|Native|Redispatch|CompositeExplicit"
                       r"Autograd\w*|CompositeImplicitAutograd)Functions\.h$|"
                       r"^ATen/ops/\w+_(?:native|\w+_dispatch|ops)\.h$|^ATen/cuda/CUDABlas"),
-    ("library", r"^(?:cublas|cudnn|cusparse|cufft|cusolver|cutensor|nccl|curand\.h|cub/device/|thrust/)"),
+    ("library", r"^(?:cublas|cudnn|cusparse|cufft|cusolver|cutensor|nccl|curand\.h|cub/device/|"
+                r"thrust/)"),
     ("native", r"^(?:dlfcn\.h|nvrtc)"),
     ("python", r"^(?:Python\.h|pybind11/(?:embed|eval)\.h|torch/script\.h|torch/csrc/jit/)"),
     ("threads", r"^(?:thread|future|pthread\.h|spawn\.h|sys/wait\.h)$"),
@@ -527,7 +540,8 @@ CPP_INCLUDES = (
 
 def _review_cpp(data: bytes) -> list[tuple[int, str, str]]:
     text = data.decode("utf-8", errors="replace")
-    blank = lambda m: "\n".join(" " * len(p) for p in m[0].split("\n"))  # noqa: E731  (keeps offsets)
+    # blanks keep every offset and line number
+    blank = lambda m: "\n".join(" " * len(p) for p in m[0].split("\n"))  # noqa: E731
     no_comments = TOKENS.sub(lambda m: blank(m) if m[1] else m[0], text)
     strings = [(m.start(), m[0]) for m in TOKENS.finditer(no_comments)]
     code = TOKENS.sub(blank, no_comments)
