@@ -32,6 +32,8 @@ DOC = ROOT / "docs" / "performance.md"
 SECTIONS = {
     "bench": ("Solutions against the baselines", "make bench"),
     "repeatability": ("Repeatability of a grade", "python3 benchmarks/repeatability.py --times 5"),
+    "timing-methods": ("Events against graph replay",
+                       "python3 benchmarks/timing_methods.py --times 5"),
     "grading-time": ("Grading time", "bash benchmarks/run.sh LOGS grading-time"),
     "edit-loop": ("The edit loop", "bash benchmarks/run.sh LOGS loop"),
 }

@@ -120,14 +120,14 @@ def scorecard(rows: list[tuple[Exercise, TrackResult, Score]], *, title: str) ->
     for ex, r, s in rows:
         table.add_row(ex.number, ex.name, r.track, _build_cell(r), _checks_cell(r, "correctness"),
                       _checks_cell(r, "gradcheck"), _perf_cell(r, s),
-                      f"{s.total:.1f}/{s.max_points}")
+                      f"{s.total:.1f}/{s.max_points}" + (" NEEDS REVIEW" if r.review else ""))
         total += s.total
         maximum += s.max_points
     console = Console(width=200, color_system=None, force_terminal=False, record=True,
                       file=io.StringIO())
     console.print(table)
     text = "\n".join(line.rstrip() for line in console.export_text().splitlines())
-    return f"{title}\n\n{text.strip()}\n\ntotal: {total:.1f} / {maximum:.0f} points"
+    return f"{title}\n\n{text.strip(chr(10))}\n\ntotal: {total:.1f} / {maximum:.0f} points"
 
 
 def feedback(ex: Exercise, r: TrackResult, s: Score, *, full: bool = False) -> str:
@@ -138,11 +138,15 @@ def feedback(ex: Exercise, r: TrackResult, s: Score, *, full: bool = False) -> s
         return (f"{head}: TAMPERING: the submission changed, or tried to write, files of the "
                 f"grader or the repository; the track scores 0 (the files were restored):\n" +
                 _indent("\n".join(r.tampering[:8])))
+    review = (f"{head}: NEEDS REVIEW: the judge read this track's sources and found what a "
+              f"kernel never needs; the points stand until an instructor looks:\n" +
+              _indent("\n".join(r.review[:8]))) if r.review else ""
     if r.build and not r.build.get("ok"):
-        return f"{head}: {r.build.get('stage')} failed\n{_indent(r.build.get('message', ''))}"
+        return "\n".join(x for x in (review, f"{head}: {r.build.get('stage')} failed\n"
+                                      f"{_indent(r.build.get('message', ''))}") if x)
     if r.not_implemented:
         return f"{head}: not implemented yet. Start here: {track.start}"
-    out = []
+    out = [review] if review else []
     if r.ended:
         crashed = next((c.name for c in r.checks if c.outcome == "crashed"), None)
         out.append(f"{head}: {r.ended}" + (f" during {crashed}" if crashed else ""))
@@ -275,7 +279,7 @@ def track_summary(ex: Exercise, r: TrackResult, s: Score) -> dict:
     figures = (r.performance or {}).get("figures") or {}
     return {"exercise": ex.id, "track": r.track, "points": round(s.total, 4),
             "max_points": s.max_points, "built": bool(r.build.get("ok")),
-            "tampering": bool(r.tampering),
+            "tampering": bool(r.tampering), "needs_review": r.review[:20],
             # the op ran and PyTorch (or a library) did its work; a stub whose every call
             # raised fails that check too, with nothing to judge: not delegation
             "delegation": any(c.name == "your kernels do the work" and c.outcome == "failed"

@@ -49,6 +49,8 @@ class TrackResult:
     tampering: list = field(default_factory=list)  # repository files the submission changed
                                                    # or tried to write
     sanitizer: dict | None = None  # SANITIZE=tool: {"tool", "findings" or "unavailable"}
+    review: list = field(default_factory=list)  # "file:line: what" an honest kernel never does
+    #                                             (grader.review): the track needs review
 
     def count(self, category: str, outcome: str) -> int:
         return sum(c.category == category and c.outcome == outcome for c in self.checks)
@@ -175,6 +177,8 @@ def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
             log = e.get("log", "") or log
         elif kind == "sanitizer":
             result.sanitizer = {k: v for k, v in e.items() if k not in ("event", "t")}
+        elif kind == "review":
+            result.review = list(e.get("findings") or [])
         elif kind == "tampering":
             result.tampering += [p for p in e.get("paths", []) if p not in result.tampering]
         elif kind == "performance":

@@ -50,6 +50,9 @@ def _set_env(args) -> None:
     os.environ["TMPDIR"] = args.scratch
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     sys.dont_write_bytecode = True
+    # bytecode is read only from an empty folder of its own: a __pycache__ shipped in the tree
+    # (a .pyc that does not match its source) is never run instead of the source
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = str(Path(args.scratch) / "pyc")
 
 
 def _param_names(fn) -> list[str] | None:
