@@ -14,7 +14,10 @@ import sys
 from pathlib import Path
 
 from grader.discover import SpecError, discover
+from grader.grade import Submission, grade
 from grader.paths import ROOT
+from grader.progress import Progress
+from grader.report import write_reports
 from grader.settings import from_environment
 
 
@@ -35,9 +38,6 @@ def _exercises(which: str | None):
 
 
 def cmd_grade(args) -> int:
-    from grader.grade import Submission, grade
-    from grader.progress import Progress
-    from grader.report import write_reports
     exercises = _exercises(args.exercise)
     if args.repro and (len(exercises) != 1 or "@" not in args.repro):
         sys.exit("grader: --repro CHECK@EXAMPLE goes with one --exercise (copy the command a "
@@ -55,7 +55,7 @@ def cmd_grade(args) -> int:
 
 
 def cmd_batch(args) -> int:
-    from grader.batch import batch_command
+    from grader.batch import batch_command  # (batch and bench import torch: not for `list`)
     return batch_command(args)
 
 
