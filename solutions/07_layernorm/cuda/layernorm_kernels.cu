@@ -62,6 +62,7 @@ using course::unpack;
 using course::load_packed;
 using course::store_packed;
 using course::from_acc;
+using course::to_acc;
 
 constexpr int kMaxThreads = 512;   // per block (block-per-row forward, backward)
 
