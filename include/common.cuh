@@ -11,7 +11,9 @@
 //   course::Vec<T, N>          N elements moved as one load/store (16 bytes: kVec16<T> elements)
 //   course::warp_sum/max       a value reduced over the 32 lanes of a warp, returned to each lane
 //   course::block_sum/max      a value reduced over the block, returned to every thread
-//   course::ceil_div, grid_for, num_sms
+//   course::Packed<T, N>       N elements kept as 32-bit words: the row a thread holds in
+//                              registers (load_packed, store_packed, unpack, pack, fresh)
+//   course::ceil_div, grid_for, num_sms, max_smem_per_block
 //   CUDA_CHECK(expr)           throws std::runtime_error naming the call, file and line; PyTorch
 //                              turns it into a Python RuntimeError
 //   CUDA_LAUNCH_CHECK()        the same for the launch just made (bad configuration, no kernel
@@ -25,8 +27,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #define CUDA_CHECK(expr)                                                                     \
   do {                                                                                       \
@@ -96,6 +100,123 @@ inline int grid_for(int64_t work, int per_block, int blocks_per_sm = 4) {
   return int(needed < 1 ? 1 : (needed < full ? needed : full));
 }
 
+// Shared memory one block may have (opt-in: 227 KB on Hopper), asked once per process and device.
+inline int64_t max_smem_per_block() {
+  static int cached[64] = {0};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 64 && cached[dev]) return cached[dev];
+  int v = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (dev < 64) cached[dev] = v;
+  return v;
+}
+
+// ---- Packed: a vector of a row kept in registers ----------------------------------------------
+// N elements of T as loaded and kept: 32-bit words (one 16-bit word for a single 2-byte
+// element). Vec<__nv_bfloat16, 8> is fine to move data, but nvcc splits it into eight 16-bit
+// registers and ptxas gives each a 32-bit register of its own: 2x the registers for a row that
+// a thread keeps across passes (07's warp-per-row forward: ~200 registers with Vec, 128 with
+// Packed). unpack(p, j) converts element j to the math type (bf16: a shift or a mask).
+template <typename T, int N>
+struct Packed {
+  static constexpr int kBytes = int(sizeof(T)) * N;
+  using Word = std::conditional_t<kBytes % 4 == 0, uint32_t, uint16_t>;
+  static constexpr int kWords = kBytes / int(sizeof(Word));
+  alignas(kBytes) Word w[kWords];
+};
+
+template <typename T, int N>
+__device__ __forceinline__ typename Acc<T>::type unpack(const Packed<T, N>& p, int j) {
+  constexpr bool kWide = sizeof(typename Packed<T, N>::Word) == 4;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // bf16 is the top half of a float
+    if constexpr (kWide) return __uint_as_float(j % 2 ? p.w[j / 2] & 0xffff0000u : p.w[j / 2] << 16);
+    else return to_acc(__ushort_as_bfloat16(p.w[0]));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    if constexpr (kWide)
+      return to_acc(__ushort_as_half(uint16_t(j % 2 ? p.w[j / 2] >> 16 : p.w[j / 2] & 0xffffu)));
+    else return to_acc(__ushort_as_half(p.w[0]));
+  } else if constexpr (std::is_same_v<T, float>) {
+    return __uint_as_float(p.w[j]);
+  } else {
+    static_assert(std::is_same_v<T, double>);
+    return __hiloint2double(int(p.w[2 * j + 1]), int(p.w[2 * j]));
+  }
+}
+
+// One Packed vector from / to memory as one access (LDG.128 / STG.128 for 16 bytes). Through
+// uint4 explicitly: a Packed struct read through a reference, or copied, comes apart into four
+// 32-bit loads (nvcc does not merge them again).
+template <typename T, int N>
+__device__ __forceinline__ Packed<T, N> load_packed(const Packed<T, N>* p) {
+  Packed<T, N> r;
+  if constexpr (sizeof(r) == 16) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    r.w[0] = u.x, r.w[1] = u.y, r.w[2] = u.z, r.w[3] = u.w;
+  } else if constexpr (sizeof(r) == 8) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    r.w[0] = u.x, r.w[1] = u.y;
+  } else {
+    r.w[0] = p->w[0];
+  }
+  return r;
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_packed(Packed<T, N>* p, const Packed<T, N>& v) {
+  if constexpr (sizeof(v) == 16) *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+  else if constexpr (sizeof(v) == 8) *reinterpret_cast<uint2*>(p) = make_uint2(v.w[0], v.w[1]);
+  else p->w[0] = v.w[0];
+}
+
+// N math values rounded to T, packed (bf16, fp16: two per word, one cvt for the pair)
+template <typename T, int N>
+__device__ __forceinline__ Packed<T, N> pack(const typename Acc<T>::type (&v)[N]) {
+  Packed<T, N> p;
+  if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>) {
+    if constexpr (N == 1) {
+      const T h = from_acc<T>(v[0]);
+      std::memcpy(&p.w[0], &h, 2);
+    } else {
+#pragma unroll
+      for (int k = 0; k < N / 2; ++k) {
+        if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+          const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+          std::memcpy(&p.w[k], &h, 4);
+        } else {
+          const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+          std::memcpy(&p.w[k], &h, 4);
+        }
+      }
+    }
+  } else if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) p.w[j] = __float_as_uint(v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      p.w[2 * j] = uint32_t(__double2loint(v[j]));
+      p.w[2 * j + 1] = uint32_t(__double2hiint(v[j]));
+    }
+  }
+  return p;
+}
+
+// A copy of p that the compiler cannot prove equal to p (an empty asm that "modifies" each
+// word). A kernel that passes over its registers several times converts them again in each
+// pass (a shift per bf16 element); without this, nvcc keeps the floats of the first pass alive
+// for the later ones (07's forward: 255 registers instead of 96).
+template <typename T, int N>
+__device__ __forceinline__ Packed<T, N> fresh(Packed<T, N> p) {
+#pragma unroll
+  for (int i = 0; i < Packed<T, N>::kWords; ++i) {
+    if constexpr (sizeof(p.w[0]) == 4) asm volatile("" : "+r"(p.w[i]));
+    else asm volatile("" : "+h"(p.w[i]));
+  }
+  return p;
+}
+
+// ---- reductions ---------------------------------------------------------------------------------
 template <typename A>
 __device__ __forceinline__ A warp_sum(A v) {
 #pragma unroll

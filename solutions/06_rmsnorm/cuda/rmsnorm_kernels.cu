@@ -7,20 +7,23 @@
 // Napkin math, (8, 4096, 4096) bf16, M = 32768 rows of N = 4096 (268 MB per tensor):
 //   forward   read x, write y                 537 MB -> 125 us at 4.28 TB/s (H200), 179 us (H100)
 //   backward  read x, dy; write dx            805 MB -> 188 us / 268 us  (+ dw partials, ~2%)
-// Every kernel below is memory-bound: 16-byte loads, the row kept in registers, each byte once.
-// What decides the rest is how many bytes each SM keeps in flight: at 4.28 TB/s and ~1 us of
-// DRAM latency under load, ~4 MB over the GPU, ~32 KB per SM, all the time. One block per row
-// (or a persistent block that waits for each row before it asks for the next) has its loads in
-// flight only between a row's start and its reduction: measured 84% of copy (forward) and 62%
-// (backward) on an H200 that way (2026-11-21, results/RESULTS.md).
+// (the copy ceilings of those GPUs; the measured ceiling and these kernels' times against it are
+// in docs/performance.md). Every kernel below is memory-bound: 16-byte loads, the row kept in
+// registers, each byte once.
+//
+// Why it is fast: what decides the rest is how many bytes each SM keeps in flight: at 4.28 TB/s
+// and ~1 us of DRAM latency under load, ~4 MB over the GPU, ~32 KB per SM, all the time. One
+// block per row (or a persistent block that waits for each row before it asks for the next) has
+// its loads in flight only between a row's start and its reduction. So both kernels are
+// persistent (one wave of blocks looping over the rows), and each block has the next row's loads
+// on their way, into a second set of registers, while it reduces and writes this one. (A ring of
+// 2-4 rows in shared memory filled by cp.async, which costs no registers, measured slower in
+// both kernels: git history has it.)
 //
 // Kernels:
-//   rmsnorm_fwd_kernel   persistent: one wave of blocks looping over rows, the next rows' x
-//                        already on their way (kFwdRowsAhead: in registers, or a ring of rows
-//                        in shared memory filled by cp.async); or one block per row
-//   rmsnorm_bwd_kernel   persistent: ~SMs x 2 blocks looping over rows, the next rows' x and dy
-//                        on their way the same way; dw summed in fp32 registers and written
-//                        once per block as a row of partials
+//   rmsnorm_fwd_kernel   persistent, ~SMs x 3-4 blocks of 512 threads, the next row's x prefetched
+//   rmsnorm_bwd_kernel   persistent, ~SMs x 2 blocks, the next row's x, dy and rstd prefetched;
+//                        dw summed in fp32 registers, written once per block as a row of partials
 //   dw_reduce_kernel     [blocks, N] partials -> dw[N], in a fixed order (deterministic)
 //   launchers            raw pointers + a stream: called by rmsnorm.cpp (which knows ATen)
 //
@@ -47,110 +50,35 @@ using course::block_sum;
 using course::from_acc;
 using course::to_acc;
 
-// ---------------------------------------------------------------------------------------------
-// Configuration. results/experiments/rmsnorm_cuda_variants.py builds and times the solution with
-// other values of these (one GPU run, every variant checked against the reference first).
-//
-// Measured on an H200 at (8, 4096, 4096) bf16, 2026-11-21, with the first solution:
-//   forward one block per row (kFwdPersistent = false), 1 vector per thread: 150.7 us (84%)
-//   backward persistent without prefetch (kBwdRowsAhead = 0), 2 vectors per thread, 4 blocks
-//   per SM at most (127 registers: 2 fit): ~300 us (62%); forward+backward 457 us
-// That configuration is still here: kFwdPersistent = false, kBwdRowsAhead = 0,
-// kBwdVecsPerThread = 2, kBwdBlocksPerSM = 4 (the variants script calls it "old").
-// The defaults below keep the next rows in flight (targets: forward >= 90% of copy, ~140 us;
-// backward >= 75%, ~250 us): to be confirmed by the variants script on the GPU.
-
 constexpr int kMaxThreads = 512;  // per block
 
 // Row vectors (16 bytes each) a thread keeps in registers: 4096 bf16 are 512 vectors, 512
-// threads with 1 each, 256 with 2. Further vectors of long rows are read again from L1/L2.
+// threads with 1 each. Further vectors of long rows are read again from L1/L2.
 constexpr int kFwdVecsPerThread = 1;
 constexpr int kBwdVecsPerThread = 1;
 
-// The forward's grid: one wave of blocks looping over the rows (true), or one block per row.
-constexpr bool kFwdPersistent = true;
-
-// Rows whose loads are in flight while a block works on one (persistent kernels only):
-//   0  none: a row's loads go out when the block gets to it (the first solution's backward)
-//   1  the next row's, into a second set of registers (as 07's kernels do)
-//   S  S rows, into a ring of S row buffers in shared memory, by cp.async (sm_80+): the bytes in
-//      flight cost shared memory instead of registers, so they do not lower the blocks per SM.
-//      Each thread copies and later reads only its own 16-byte slots: no barrier for the ring.
-//      16-byte vectors only; a row that is not 16-byte aligned takes the registers (1) instead.
-// Measured on an H200, 2026-11-22 (results/experiments/rmsnorm_cuda_variants.py, (8, 4096,
-// 4096) bf16): the next row in registers (1) beat a cp.async ring of 2-4 rows in shared memory
-// in both kernels: forward 140.8 us (89.8% of copy) vs 153.0-156.9; backward 212.7 us (89.2%)
-// vs 248.1-250.7. The old kernels: 156.9 us and 257.8 us.
-constexpr int kFwdRowsAhead = 1;
-constexpr int kBwdRowsAhead = 1;
-
-// Persistent grids: at most this many blocks per SM (fewer when registers or shared memory say
-// so: the launchers ask the occupancy calculator). The backward's dw partials are one fp32 row
-// per block, so its grid stays small (~2% of its traffic at 2 per SM).
+// Persistent grids: at most this many blocks per SM (fewer when registers say so: the launchers
+// ask the occupancy calculator). The backward's dw partials are one fp32 row per block, so its
+// grid stays small (~2% of its traffic at 2 per SM).
 constexpr int kFwdBlocksPerSM = 4;
 constexpr int kBwdBlocksPerSM = 2;
 
 // __launch_bounds__ minimum blocks per SM: caps the registers at 65536 / (512 * this), so that
-// this many 512-thread blocks fit an SM; 1: no cap. ptxas (CUDA 13.0, sm_90, bf16, 16-byte
-// vectors): the forward takes 52 registers uncapped (2 blocks), 40 capped at 3 blocks without
-// spilling, 32 at 4 with 24 bytes of spills; the backward takes 94 uncapped (1 block: too few
-// warps), 64 at 2 blocks without spilling, 40 at 3 with ~250 bytes of spills.
+// this many 512-thread blocks fit an SM. ptxas (CUDA 13.0, sm_90, bf16, 16-byte vectors): the
+// forward takes 52 registers uncapped (2 blocks), 40 capped at 3 blocks without spilling, 32 at
+// 4 with 24 bytes of spills; the backward takes 94 uncapped (1 block: too few warps), 64 at 2
+// blocks without spilling, 40 at 3 with ~250 bytes of spills.
 constexpr int kFwdMinBlocksPerSM = 3;
 constexpr int kBwdMinBlocksPerSM = 2;
-
-// ---------------------------------------------------------------------------------------------
-// helpers
 
 __device__ __forceinline__ float rsqrt_(float v) { return rsqrtf(v); }
 __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
 
-// 16 bytes global -> shared without passing through registers (the copy runs in the background;
-// cp_async_wait<n> waits until at most n of this thread's committed groups are still pending,
-// and makes the completed ones visible to this thread). Before sm_80: a plain copy.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-#else
-  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-// How a kernel instantiation keeps its next rows in flight (see kFwdRowsAhead): 0, 1 or S >= 2
-// (a ring of S rows in shared memory). The launchers size the shared memory by the same rule.
-template <typename T, int VEC>
-constexpr int rows_ahead(int wanted) {
-  return wanted >= 2 && sizeof(T) * VEC != 16 ? 1 : wanted;
-}
-template <typename T, int VEC>
-constexpr int fwd_ahead() { return kFwdPersistent ? rows_ahead<T, VEC>(kFwdRowsAhead) : 0; }
-template <typename T, int VEC>
-constexpr int bwd_ahead() { return rows_ahead<T, VEC>(kBwdRowsAhead); }
-
-// The ring lives in dynamic shared memory, [stage][array][vector k][thread], 16 bytes per slot:
-// a warp's 32 slots are 512 contiguous bytes (no bank conflicts).
-__device__ __forceinline__ int slot(int stage, int array, int arrays, int k, int K) {
-  return ((stage * arrays + array) * K + k) * static_cast<int>(blockDim.x) + threadIdx.x;
-}
-
 // ---------------------------------------------------------------------------------------------
-// Forward. Block p takes rows p, p + P, p + 2P, ... (P = gridDim.x; one block per row: the loop
-// runs once). A row is nvec = N / VEC vectors; thread t owns vectors t, t + blockDim, ...; the
-// first K stay in registers, further ones (rows longer than K * blockDim * VEC) are read again
-// from memory (L1/L2) for the second pass. w is the same for every row: read once per block.
+// Forward. Block p takes rows p, p + P, p + 2P, ... (P = gridDim.x). A row is nvec = N / VEC
+// vectors; thread t owns vectors t, t + blockDim, ...; the first K stay in registers, further
+// ones (rows longer than K * blockDim * VEC) are read again from memory (L1/L2) for the second
+// pass. w is the same for every row: read once per block.
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads, kFwdMinBlocksPerSM)
@@ -160,11 +88,7 @@ rmsnorm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restri
   using A = typename Acc<T>::type;
   using V = Vec<T, VEC>;
   constexpr int K = kFwdVecsPerThread;
-  constexpr int kAhead = fwd_ahead<T, VEC>();
-  constexpr bool kRing = kAhead >= 2;
   __shared__ A shared[33];
-  extern __shared__ uint4 ring_smem[];  // kAhead >= 2: the ring (the launcher sizes it)
-  V* ring = reinterpret_cast<V*>(ring_smem);
   const int nvec = static_cast<int>(N / VEC);  // rmsnorm.cpp checks N < 2^31
   const int tail = threadIdx.x + K * blockDim.x;  // first vector not in registers
   const int64_t step = gridDim.x;
@@ -184,42 +108,14 @@ rmsnorm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restri
       if (i < nvec) xs[k] = xr[i];
     }
   };
-  auto issue = [&](int64_t r, int stage) {  // the same, into the ring: one commit group per row
-    if (r < rows) {
-      const V* xr = reinterpret_cast<const V*>(x + r * N);
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int i = threadIdx.x + k * blockDim.x;
-        if (i < nvec) cp_async16(&ring[slot(stage, 0, 1, k, K)], &xr[i]);
-      }
-    }
-    cp_async_commit();  // an empty group past the last row: the counting stays the same
-  };
 
   V xc[K], xn[K];
-  int stage = 0;
-  if constexpr (kRing) {
-#pragma unroll 1
-    for (int s = 0; s < kAhead; ++s) issue(blockIdx.x + s * step, s);
-  } else if constexpr (kAhead == 1) {
-    if (blockIdx.x < rows) load(blockIdx.x, xc);
-  }
+  if (blockIdx.x < rows) load(blockIdx.x, xc);
 
   for (int64_t row = blockIdx.x; row < rows; row += step) {
     const V* xr = reinterpret_cast<const V*>(x + row * N);
     V* yr = reinterpret_cast<V*>(y + row * N);
-    if constexpr (kRing) {
-      cp_async_wait<kAhead - 1>();  // this row's group: the oldest of the kAhead in flight
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int i = threadIdx.x + k * blockDim.x;
-        if (i < nvec) xc[k] = ring[slot(stage, 0, 1, k, K)];
-      }
-    } else if constexpr (kAhead == 1) {
-      if (row + step < rows) load(row + step, xn);  // goes out now, arrives while we work
-    } else {
-      load(row, xc);
-    }
+    if (row + step < rows) load(row + step, xn);  // goes out now, arrives while we work
 
     // pass 1: sum of squares
     A ss = 0;
@@ -244,12 +140,6 @@ rmsnorm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restri
     }
     const A r = rsqrt_(block_sum(ss, shared) / static_cast<A>(N) + eps);
     if (threadIdx.x == 0) rstd[row] = r;
-    if constexpr (kRing) {
-      // this thread's slots of the stage are in registers now (and block_sum's barriers order
-      // those reads before anything that follows): refill them with the row kAhead further on
-      issue(row + kAhead * step, stage);
-      stage = stage + 1 == kAhead ? 0 : stage + 1;
-    }
 
     // pass 2: normalize and scale; round once on the store
 #pragma unroll
@@ -270,21 +160,17 @@ rmsnorm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restri
       for (int j = 0; j < VEC; ++j) out.v[j] = from_acc<T>(to_acc(xv.v[j]) * r * to_acc(wk.v[j]));
       yr[i] = out;
     }
-    if constexpr (kAhead == 1) {
 #pragma unroll
-      for (int k = 0; k < K; ++k) xc[k] = xn[k];
-    }
-    if constexpr (!kFwdPersistent) break;  // one row per block: no loop to keep registers for
+    for (int k = 0; k < K; ++k) xc[k] = xn[k];
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Backward: a persistent grid. Block p takes rows p, p + P, p + 2P, ... (P = gridDim.x); the
-// next rows' x and dy are on their way while it works on one (kBwdRowsAhead), and so is the
-// next row's rstd. dw of the columns a thread owns is summed over its block's rows in fp32
-// registers and written once, as row p of the [P, N] partials; dw_reduce_kernel adds the P
-// rows. Never atomics into dw: bf16 atomics round the running sum at every row, and float
-// atomics make the bits depend on timing.
+// next row's x, dy and rstd are on their way while it works on one. dw of the columns a thread
+// owns is summed over its block's rows in fp32 registers and written once, as row p of the
+// [P, N] partials; dw_reduce_kernel adds the P rows. Never atomics into dw: bf16 atomics round
+// the running sum at every row, and float atomics make the bits depend on timing.
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads, kBwdMinBlocksPerSM)
@@ -294,11 +180,7 @@ rmsnorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* _
   using A = typename Acc<T>::type;
   using V = Vec<T, VEC>;
   constexpr int K = kBwdVecsPerThread;
-  constexpr int kAhead = bwd_ahead<T, VEC>();
-  constexpr bool kRing = kAhead >= 2;
   __shared__ A shared[33];
-  extern __shared__ uint4 ring_smem[];
-  V* ring = reinterpret_cast<V*>(ring_smem);  // [stage][x, dy][k][thread]
   const int nvec = static_cast<int>(N / VEC);  // rmsnorm.cpp checks N < 2^31
   const int tail = threadIdx.x + K * blockDim.x;  // first vector not in registers
   const int64_t step = gridDim.x;
@@ -332,59 +214,22 @@ rmsnorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* _
       }
     }
   };
-  auto issue = [&](int64_t r, int stage) {
-    if (r < rows) {
-      const V* xr = reinterpret_cast<const V*>(x + r * N);
-      const V* dyr = reinterpret_cast<const V*>(dy + r * N);
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int i = threadIdx.x + k * blockDim.x;
-        if (i < nvec) {
-          cp_async16(&ring[slot(stage, 0, 2, k, K)], &xr[i]);
-          cp_async16(&ring[slot(stage, 1, 2, k, K)], &dyr[i]);
-        }
-      }
-    }
-    cp_async_commit();
-  };
 
   V xc[K], dyc[K], xn[K], dyn[K];
-  int stage = 0;
-  A r = 0;  // this row's rstd (with kAhead >= 1 loaded one row ahead)
-  if constexpr (kRing) {
-#pragma unroll 1
-    for (int s = 0; s < kAhead; ++s) issue(blockIdx.x + s * step, s);
-  } else if constexpr (kAhead == 1) {
-    if (blockIdx.x < rows) load(blockIdx.x, xc, dyc);
-  }
-  if constexpr (kAhead >= 1) {
-    if (blockIdx.x < rows) r = rstd[blockIdx.x];
+  A r = 0;  // this row's rstd (loaded one row ahead, as x and dy are)
+  if (blockIdx.x < rows) {
+    load(blockIdx.x, xc, dyc);
+    r = rstd[blockIdx.x];
   }
 
   for (int64_t row = blockIdx.x; row < rows; row += step) {
     const V* xr = reinterpret_cast<const V*>(x + row * N);
     const V* dyr = reinterpret_cast<const V*>(dy + row * N);
     V* dxr = reinterpret_cast<V*>(dx + row * N);
-    A rn = 0;  // the next row's rstd
-    if constexpr (kAhead >= 1) {
-      if (row + step < rows) rn = rstd[row + step];
-    } else {
-      r = rstd[row];
-    }
-    if constexpr (kRing) {
-      cp_async_wait<kAhead - 1>();
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int i = threadIdx.x + k * blockDim.x;
-        if (i < nvec) {
-          xc[k] = ring[slot(stage, 0, 2, k, K)];
-          dyc[k] = ring[slot(stage, 1, 2, k, K)];
-        }
-      }
-    } else if constexpr (kAhead == 1) {
-      if (row + step < rows) load(row + step, xn, dyn);
-    } else {
-      load(row, xc, dyc);
+    A rn = 0;  // the next row's: they go out now, and arrive while we work on this one
+    if (row + step < rows) {
+      rn = rstd[row + step];
+      load(row + step, xn, dyn);
     }
 
     // pass 1: s = sum(x * w * dy) over the row
@@ -405,10 +250,6 @@ rmsnorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* _
     }
     // c = rstd^2 * mean(x * w * dy); dx = rstd * (w * dy - x * c)
     const A c = block_sum(s, shared) * r * r / static_cast<A>(N);
-    if constexpr (kRing) {  // this stage is in registers (see the forward): refill it
-      issue(row + kAhead * step, stage);
-      stage = stage + 1 == kAhead ? 0 : stage + 1;
-    }
 
     // pass 2: dx, and dw += dy * x * rstd
 #pragma unroll
@@ -436,13 +277,11 @@ rmsnorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* _
       }
       dxr[i] = out;
     }
-    if constexpr (kAhead >= 1) r = rn;
-    if constexpr (kAhead == 1) {
+    r = rn;
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        xc[k] = xn[k];
-        dyc[k] = dyn[k];
-      }
+    for (int k = 0; k < K; ++k) {
+      xc[k] = xn[k];
+      dyc[k] = dyn[k];
     }
   }
 
@@ -501,12 +340,13 @@ bool vector_ok(int64_t N, std::initializer_list<const void*> ptrs) {
   return true;
 }
 
-// The ring's shared memory for `threads` threads; above 48 KB a kernel must opt in.
+// A persistent grid: as many blocks as fit on the GPU at once (it must not run in waves), at
+// most `per_sm_max` per SM and never more than `cap`.
 template <typename Kernel>
-void allow_shared(Kernel kernel, size_t bytes) {
-  if (bytes > 32 * 1024)  // (the opt-in is only needed past 48 KB; asking earlier is harmless)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(bytes)));
+int64_t persistent_blocks(Kernel kernel, int threads, int per_sm_max, int64_t cap) {
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  return std::min<int64_t>(cap, int64_t(course::num_sms()) * std::clamp(per_sm, 1, per_sm_max));
 }
 
 template <typename T, int VEC>
@@ -514,18 +354,10 @@ void fwd(const T* x, const T* w, T* y, typename Acc<T>::type* rstd, int64_t rows
          double eps, cudaStream_t stream) {
   using A = typename Acc<T>::type;
   auto kernel = rmsnorm_fwd_kernel<T, VEC>;
-  constexpr int ahead = fwd_ahead<T, VEC>();
   const int threads = threads_for(N / VEC, kFwdVecsPerThread);
-  const size_t smem = ahead >= 2 ? size_t(ahead) * kFwdVecsPerThread * threads * 16 : 0;
-  allow_shared(kernel, smem);
-  int64_t blocks = rows;
-  if (kFwdPersistent) {  // one full wave: every SM holds as many blocks as fit on it
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-    blocks = std::min<int64_t>(rows, int64_t(course::num_sms()) * std::clamp(per_sm, 1, kFwdBlocksPerSM));
-  }
-  kernel<<<static_cast<unsigned>(blocks), threads, smem, stream>>>(x, w, y, rstd, rows, N,
-                                                                   static_cast<A>(eps));
+  const int64_t blocks = persistent_blocks(kernel, threads, kFwdBlocksPerSM, rows);
+  kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, w, y, rstd, rows, N,
+                                                                static_cast<A>(eps));
   CUDA_LAUNCH_CHECK();
 }
 
@@ -534,19 +366,12 @@ int64_t bwd(const T* dy, const T* x, const T* w, const typename Acc<T>::type* rs
             typename Acc<T>::type* partial, int64_t max_blocks, int64_t rows, int64_t N,
             cudaStream_t stream) {
   auto kernel = rmsnorm_bwd_kernel<T, VEC>;
-  constexpr int ahead = bwd_ahead<T, VEC>();
   const int threads = threads_for(N / VEC, kBwdVecsPerThread);
-  const size_t smem = ahead >= 2 ? size_t(ahead) * 2 * kBwdVecsPerThread * threads * 16 : 0;
-  allow_shared(kernel, smem);
-  int per_sm = 0;
-  // as many blocks as fit on the GPU at once (a persistent grid must not run in waves), and
-  // never more than the partial rows allocated
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  const int64_t blocks = std::min<int64_t>(
-      max_blocks, int64_t(course::num_sms()) * std::clamp(per_sm, 1, kBwdBlocksPerSM));
+  // never more blocks than the partial rows allocated
+  const int64_t blocks = persistent_blocks(kernel, threads, kBwdBlocksPerSM, max_blocks);
   if (blocks > 0) {
-    kernel<<<static_cast<unsigned>(blocks), threads, smem, stream>>>(dy, x, w, rstd, dx, partial,
-                                                                     rows, N);
+    kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(dy, x, w, rstd, dx, partial,
+                                                                  rows, N);
     CUDA_LAUNCH_CHECK();
   }
   return blocks;

@@ -71,21 +71,17 @@ int64_t row_stride(const at::Tensor& x) {
   return ld < 0 ? N : ld;
 }
 
+// include/aten_cuda.h's checks: device, dtype, shape, strides; x, then w and b. The kernels take
+// x's row stride, so views whose rows are evenly spaced are read in place; others are refused.
 void check_param(const at::Tensor& p, const char* name, const at::Tensor& x) {
-  TORCH_CHECK(p.dim() == 1 && p.size(0) == x.size(-1), name, " must have shape [", x.size(-1),
-              "] (x's last dimension), got ", p.sizes());
-  TORCH_CHECK(p.device() == x.device(), name, " must be on x's device ", x.device(), ", got ",
-              p.device());
-  TORCH_CHECK(p.scalar_type() == x.scalar_type(), name, " must have x's dtype ", x.scalar_type(),
-              ", got ", p.scalar_type());
+  course::check_like(p, name, x);
+  course::check_vector(p, name, x.size(-1), "x's last dimension");
 }
 
 void check_x(const at::Tensor& x) {
-  TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0,
-              "x must have a last dimension of at least 1 (the rows), got shape ", x.sizes());
-  const auto t = x.scalar_type();
-  TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble,
-              "x must be float32, float16, bfloat16 or float64, got ", t);
+  course::check_device(x, "x", /*cpu_ok=*/true);
+  course::check_dtype(x, "x", {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble});
+  course::check_rows(x, "x");
   TORCH_CHECK(row_stride(x) >= 0, "x must have rows of contiguous elements at a fixed stride "
               "(x, x[:, :N] or x[::2] are fine), got sizes ", x.sizes(), " and strides ",
               x.strides(), "; pass x.contiguous()");

@@ -10,232 +10,78 @@
 //   forward   read x, write y (+ w, b, mean, rstd: 0.3 MB)      537 MB -> 126 us at 4.28 TB/s
 //   backward  read x, dy; write dx (+ w, mean, rstd: 0.3 MB)    805 MB -> 188 us
 //             (+ the dw/db partials: 528 rows x 4096 x 2 floats, 17 MB written and read back)
-// Both are memory-bound by two orders of magnitude (~8 flops per element against 4-6 bytes):
-// read each byte once, write each byte once, keep enough loads in flight.
+// (4.28 TB/s: an H200's copy ceiling; the measured ceiling and the kernels' times against it
+// are in docs/performance.md.) Both are memory-bound by two orders of magnitude (~8 flops per
+// element against 4-6 bytes): read each byte once, write each byte once, keep loads in flight.
 //
-// How many loads in flight. To stream at ~4.3 TB/s with ~1-1.5 us of DRAM latency under load,
-// the chip needs ~5 MB of reads outstanding: ~40-64 KB per SM (132 SMs) at every moment. A row
-// of x is 8 KB, so that is 5-8 rows *being loaded* per SM at once, and a row that is being
-// reduced or stored is not loading. The first solution (512 threads per row, one 16-byte vector
-// each, 52 registers: 2 blocks per SM) had 2 rows per SM: 37% of copy as one block per row, 50.6%
-// persistent with the next row prefetched (H200, 2026-11-22). Hence below: fewer threads per row
-// and more rows per SM (a warp per row: ~20 rows per SM), and statistics that cost no division.
+// Why it is fast: loads in flight. To stream at ~4.3 TB/s with ~1-1.5 us of DRAM latency under
+// load, the chip needs ~5 MB of reads outstanding: ~40-64 KB per SM (132 SMs) at every moment.
+// A row of x is 8 KB, so that is 5-8 rows *being loaded* per SM at once, and a row that is being
+// reduced or stored is not loading. A 512-thread block per row (one 16-byte vector per thread,
+// 52 registers: 2 blocks per SM) has 2 rows per SM, far too few. Hence:
+//   forward   a warp per row (4 rows per block, ~20 rows per SM), the row in registers, its sums
+//             by warp shuffles alone (no shared memory, no barrier), statistics with no division
+//   backward  a persistent grid of ~4 blocks of 128 threads per SM, each with the next row's x
+//             and dy already loading while it reduces this one; dw/db summed in fp32 in shared
+//             memory (registers would leave room for one block per SM)
 // Instructions are not free either: the warp kernel's loop is ~1850 instructions per 4096-wide
 // bf16 row (SASS; ~14 per element: unpack, sums, normalize, pack), so 90% of copy (1.8 rows per
 // us per SM) takes ~3300 of the SM's ~7500 warp-instruction issue slots per us.
 //
 // Contents:
-//   constants              the variants results/experiments/07_first_kernel.py --sweep-constants
-//                          times (each with what it measured or why it is the default)
 //   Packed, ld, sto, fresh the row as loaded (32-bit words), 16-byte loads and stores, and the
 //                          trick that keeps it packed between passes (registers are the budget)
-//   row statistics         the default: two passes over the row in registers (the mean, then the
-//                          deviations from it), plain sums; Welford/Chan kept as kFwdWelford
 //   block_sum2, row_sum    reductions over a warp or a block (warp shuffles + shared memory)
-//   layernorm_fwd_kernel   a warp per row (kFwdWarpRows rows per block, no __syncthreads at all)
-//                          when the row fits a warp's registers, else a block per row; the row
-//                          stays in registers (16-byte loads); optionally persistent
-//   layernorm_bwd_kernel   persistent: ~SMs x kBwdBlocksPerSM blocks of ~128 threads, each looping
-//                          over rows with the next row prefetched; dw/db summed in fp32 in shared
-//                          memory (not registers: more blocks fit), written once per block as a
-//                          row of partials; kDx / kDwDb compile out what autograd did not ask for
+//   layernorm_fwd_kernel   a warp per row when the row fits a warp's registers, else a block per
+//                          row; two passes over the registers for the statistics
+//   layernorm_bwd_kernel   persistent, next row prefetched; kDx / kDwDb compile out what
+//                          autograd did not ask for
 //   dwdb_reduce_kernel     [blocks, N] partials -> dw, db in a fixed order (the same bits every run)
 //   launchers              raw pointers + a stream: called by layernorm.cpp (which knows ATen)
 //
-// This file includes only CUDA headers and common.cuh: it compiles on its own (~20 s of one core
-// for its ~70 kernel instantiations), so editing a kernel does not recompile the ATen-heavy
-// layernorm.cpp.
+// This file includes only CUDA headers and common.cuh: it compiles on its own, so editing a
+// kernel does not recompile the ATen-heavy layernorm.cpp.
 
 #include "common.cuh"
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <type_traits>
+#include <initializer_list>
 
 namespace {
 
+// From common.cuh: Acc<T> (the math type), Vec (16 bytes moved at once), and Packed<T, VEC>, the
+// row's vectors as kept in registers (32-bit words: half the registers of Vec for 16-bit types),
+// with its load, store, unpack (element j in the math type), pack and fresh.
 using course::Acc;
+using course::Packed;
 using course::Vec;
+using course::fresh;
+using course::pack;
+using course::unpack;
+using course::load_packed;
+using course::store_packed;
+using course::from_acc;
+using course::to_acc;
 
 constexpr int kMaxThreads = 512;   // per block (block-per-row forward, backward)
 
-// Measured on an H200, 2026-11-22, (32768, 4096) bf16, copy ~4250 GB/s (07_first_kernel.py
-// --sweep-constants, results/gpu-2026-11-22-r2/07-sweep.txt): the defaults below, forward
-// 138.4 us (90.8% of copy), backward 249.6 us (75.5%), forward+backward 581.3 us. One change
-// each: Welford statistics 138.2 / 250.2 (the same: the warp per row, not the division, was
-// the fix); a 128-thread block per row 141.4 fwd; a persistent warp per row 143.6 fwd; the
-// first solution's forward shape 255.6 fwd; backward without prefetch 275.5, dw/db summed in
-// the partial rows in global memory 568.6, 2 blocks per SM 317.8, 256 threads x 2 vectors
-// 247.7; evict-first hints 149.3 fwd / 236.5 bwd (one flag for both kernels: off).
-
-// ---- forward ---------------------------------------------------------------------------------
-// A warp per row: kFwdWarpRows rows (warps) per block, each lane keeping up to kFwdWarpVecs
-// 16-byte vectors of its row in registers: 32 lanes x 16 vectors x 8 bf16 = 4096, the graded
-// row. The row's sums are warp shuffles only (no shared memory, no barrier), and 20 warps fit an
-// SM (ptxas, CUDA 13.0, sm_90: 96 registers for the bf16 kernel; 5 blocks of 4 warps): 20 rows of
-// 8 KB in flight per SM, against 2 with the first solution's 512-thread block per row. Rows that
-// do not fit a warp (N > 4096 bf16, 2048 fp32) go to a block per row. 0: every row a block.
+// Forward, a warp per row: kFwdWarpRows rows (warps) per block, each lane keeping up to
+// kFwdWarpVecs 16-byte vectors of its row in registers: 32 lanes x 16 vectors x 8 bf16 = 4096,
+// the graded row. 20 warps fit an SM (ptxas, CUDA 13.0, sm_90: 96 registers for the bf16
+// kernel; 5 blocks of 4 warps): 20 rows of 8 KB in flight per SM. Rows that do not fit a warp
+// (N > 4096 bf16, 2048 fp32) go to a block per row of kFwdVecsPerThread vectors per thread
+// (4096 bf16 = 512 vectors: 128 threads of 4, 4 warps per barrier instead of 16).
 constexpr int kFwdWarpRows = 4;
 constexpr int kFwdWarpVecs = 16;
-// Block per row: vectors a thread keeps in registers; threads = vectors / this (4096 bf16 = 512
-// vectors: 128 threads of 4 vectors, 4 warps per barrier instead of 16; 68 registers: 7 rows per
-// SM). The 06 rmsnorm forward measured 1 vector per thread fastest, but with a 512-thread block
-// at ~30 registers (4 blocks per SM); here 1 vector (512 threads) measured 37% of copy.
 constexpr int kFwdVecsPerThread = 4;
-// Persistent forward: one wave of blocks looping over rows, the next row prefetched (2x the x
-// registers: 168 for the bf16 warp kernel, 12 warps per SM). Measured 248.5 us vs 341.6 us one
-// block per row with the first solution's 512 threads x 1 vector (H200, 2026-11-22); a warp per
-// row holds ~20 rows per SM without it.
-constexpr bool kFwdPersistent = false;
-// Statistics: false = two passes over the registers with plain sums (the mean; then the sum of
-// (x - mean) and of (x - mean)^2: the first corrects the mean for its own rounding); true =
-// Welford per vector merged with Chan's formula (a division at every merge), as first solved.
-constexpr bool kFwdWelford = false;
-// __launch_bounds__ minimum blocks per SM of the warp-per-row kernel (0: no register cap; the
-// bf16 kernel takes 96 registers uncapped, and spills 160 bytes capped at 80 by 6 blocks).
-constexpr int kFwdWarpMinBlocks = 0;
 
-// ---- backward --------------------------------------------------------------------------------
-// Vectors per thread (128 threads per 4096-wide bf16 row), blocks per SM (at most; the number of
-// dw/db partial rows is SMs x this), and whether the next row's x, dy are prefetched. The bf16
-// kernel with dx and dw/db takes 128 registers (the __launch_bounds__ cap; capped at 96 it
-// spills): 4 blocks of 128 threads per SM, each with the next row (16 KB) loading: 64 KB per SM.
+// Backward: vectors per thread (128 threads per 4096-wide bf16 row) and blocks per SM (at most;
+// the number of dw/db partial rows is SMs x this). The bf16 kernel with dx and dw/db takes 128
+// registers (the __launch_bounds__ cap; capped at 96 it spills): 4 blocks of 128 threads per SM,
+// each with the next row (16 KB) loading: 64 KB per SM.
 constexpr int kBwdVecsPerThread = 4;
 constexpr int kBwdBlocksPerSM = 4;
-constexpr bool kBwdPrefetch = true;
-// w in registers, read once per block (true), or read per row from L1 (16 registers of data
-// fewer at 4 vectors per thread, though ptxas still uses all 128; the 8 KB of w stay in L1).
-constexpr bool kBwdCacheW = true;
-// dw/db sums of a block: true = in shared memory (2 N floats, 32 KB at N = 4096; falls back to
-// the partial rows in global memory when that does not fit), false = always in the block's
-// partial rows (read-modified-written through L1/L2 every row). Registers, as first solved, cost
-// 2 x 32 floats per thread at 4 vectors of 8: no room left for a second block.
-constexpr bool kBwdDwDbShared = true;
-
-// Cache hints on the row streams (x, dy read once; y, dx written once): ld.global.cs / st.global.cs
-// ("evict first"), so that they do not push w, b out of L1 and L2. Both kernels.
-constexpr bool kStreamHints = false;
-
-// 16-bit values to the math type and back. PyTorch builds extensions with
-// -D__CUDA_NO_HALF_CONVERSIONS__ and -D__CUDA_NO_BFLOAT16_CONVERSIONS__, so __half and
-// __nv_bfloat16 have no implicit conversions there: convert with the intrinsics, explicitly.
-__device__ __forceinline__ float to_math(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_math(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_math(float v) { return v; }
-__device__ __forceinline__ double to_math(double v) { return v; }
-
-template <typename T> __device__ __forceinline__ T from_math(typename Acc<T>::type v) { return v; }
-template <> __device__ __forceinline__ __half from_math<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_math<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// VEC elements of T as loaded and kept in registers: 32-bit words (one 16-bit word for a single
-// 2-byte element). Not course::Vec<T, 8> of __nv_bfloat16: nvcc splits that struct into eight
-// 16-bit registers, and ptxas gives each a 32-bit register of its own — 2x the registers for the
-// row a thread keeps (ptxas: ~200 registers for the warp kernel below with Vec, 128 with this,
-// before kFull). get(p, j) converts element j to the math type (bf16: a shift or a mask).
-template <typename T, int VEC>
-struct Packed {
-  static constexpr int kBytes = int(sizeof(T)) * VEC;
-  using Word = std::conditional_t<kBytes % 4 == 0, uint32_t, uint16_t>;
-  static constexpr int kWords = kBytes / int(sizeof(Word));
-  alignas(kBytes) Word w[kWords];
-};
-
-template <typename T, int VEC>
-__device__ __forceinline__ typename Acc<T>::type get(const Packed<T, VEC>& p, int j) {
-  constexpr bool kWide = sizeof(typename Packed<T, VEC>::Word) == 4;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // bf16 is the top half of a float
-    if constexpr (kWide) return __uint_as_float(j % 2 ? p.w[j / 2] & 0xffff0000u : p.w[j / 2] << 16);
-    else return to_math(__ushort_as_bfloat16(p.w[0]));
-  } else if constexpr (std::is_same_v<T, __half>) {
-    if constexpr (kWide)
-      return to_math(__ushort_as_half(uint16_t(j % 2 ? p.w[j / 2] >> 16 : p.w[j / 2] & 0xffffu)));
-    else return to_math(__ushort_as_half(p.w[0]));
-  } else if constexpr (std::is_same_v<T, float>) {
-    return to_math(__uint_as_float(p.w[j]));
-  } else {
-    static_assert(std::is_same_v<T, double>);
-    return to_math(__hiloint2double(int(p.w[2 * j + 1]), int(p.w[2 * j])));
-  }
-}
-
-// One Packed vector from memory / to memory, as one access (LDG.128 / STG.128 for 16 bytes).
-// Through uint4 explicitly: a Packed struct read through a reference, or copied, comes apart into
-// four 32-bit loads (nvcc does not merge them again).
-// kStream: the streaming cache hint (kStreamHints) on 16-byte accesses.
-template <bool kStream = false, typename T, int VEC>
-__device__ __forceinline__ Packed<T, VEC> ld(const Packed<T, VEC>* p) {
-  Packed<T, VEC> r;
-  if constexpr (sizeof(r) == 16) {
-    const uint4 u = kStream ? __ldcs(reinterpret_cast<const uint4*>(p))
-                            : *reinterpret_cast<const uint4*>(p);
-    r.w[0] = u.x, r.w[1] = u.y, r.w[2] = u.z, r.w[3] = u.w;
-  } else if constexpr (sizeof(r) == 8) {
-    const uint2 u = *reinterpret_cast<const uint2*>(p);
-    r.w[0] = u.x, r.w[1] = u.y;
-  } else {
-    r.w[0] = p->w[0];
-  }
-  return r;
-}
-
-template <bool kStream = false, typename T, int VEC>
-__device__ __forceinline__ void sto(Packed<T, VEC>* p, const Packed<T, VEC>& v) {
-  if constexpr (sizeof(v) == 16 && kStream) __stcs(reinterpret_cast<uint4*>(p), make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]));
-  else if constexpr (sizeof(v) == 16) *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
-  else if constexpr (sizeof(v) == 8) *reinterpret_cast<uint2*>(p) = make_uint2(v.w[0], v.w[1]);
-  else p->w[0] = v.w[0];
-}
-
-// VEC math values rounded to T, packed (bf16, fp16: two per word, one cvt for the pair)
-template <typename T, int VEC>
-__device__ __forceinline__ Packed<T, VEC> pack(const typename Acc<T>::type (&v)[VEC]) {
-  Packed<T, VEC> p;
-  if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>) {
-    if constexpr (VEC == 1) {
-      const T h = from_math<T>(v[0]);
-      std::memcpy(&p.w[0], &h, 2);
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC / 2; ++k) {
-        if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-          const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-          std::memcpy(&p.w[k], &h, 4);
-        } else {
-          const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
-          std::memcpy(&p.w[k], &h, 4);
-        }
-      }
-    }
-  } else if constexpr (std::is_same_v<T, float>) {
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) p.w[j] = __float_as_uint(v[j]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      p.w[2 * j] = uint32_t(__double2loint(v[j]));
-      p.w[2 * j + 1] = uint32_t(__double2hiint(v[j]));
-    }
-  }
-  return p;
-}
-
-// A copy of p that the compiler cannot prove equal to p (an empty asm that "modifies" each
-// word). Each pass over the row converts the packed registers to floats again (a shift per
-// element); without this, nvcc keeps the floats of the first pass alive for the later ones
-// (ptxas: 255 registers instead of 96 for the bf16 warp kernel).
-template <typename T, int VEC>
-__device__ __forceinline__ Packed<T, VEC> fresh(Packed<T, VEC> p) {
-#pragma unroll
-  for (int i = 0; i < Packed<T, VEC>::kWords; ++i) {
-    if constexpr (sizeof(p.w[0]) == 4) asm volatile("" : "+r"(p.w[i]));
-    else asm volatile("" : "+h"(p.w[i]));
-  }
-  return p;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Sums in a tree: a[0] + a[1], a[2] + a[3], ... then pairs of those. Short dependency chains (the
@@ -254,7 +100,7 @@ template <typename A, typename T, int VEC>
 __device__ __forceinline__ A vec_sum(const Packed<T, VEC>& v) {
   A a[VEC];
 #pragma unroll
-  for (int j = 0; j < VEC; ++j) a[j] = get(v, j);
+  for (int j = 0; j < VEC; ++j) a[j] = unpack(v, j);
   return tree_sum(a);
 }
 
@@ -264,82 +110,11 @@ __device__ __forceinline__ void vec_dev(const Packed<T, VEC>& v, A m, A& s1, A& 
   A a[VEC], b[VEC];
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
-    a[j] = get(v, j) - m;
+    a[j] = unpack(v, j) - m;
     b[j] = a[j] * a[j];
   }
   s1 = tree_sum(a);
   s2 = tree_sum(b);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Welford's statistics (the kFwdWelford variant). A set of values is summarized by (n, mean,
-// M2 = sum (v - mean)^2); two summaries merge exactly (Chan et al.): the mean moves by
-// delta * nb / n and M2 gains the spread between the two means. No E[x^2] - E[x]^2: with mean
-// 1e4 and variance 1, E[x^2] is 1e8, whose float32 spacing is 8 — the variance would be lost in
-// rounding (or come out < 0). The default two-pass needs no counts and no division: see the
-// forward kernel.
-
-template <typename A>
-struct Welford {
-  A n, mean, m2;
-};
-
-template <typename A>
-__device__ __forceinline__ Welford<A> welford_combine(Welford<A> a, Welford<A> b) {
-  if (b.n == A(0)) return a;  // (a.n == 0 needs no branch: the formulas then return b)
-  const A n = a.n + b.n;
-  const A d = b.mean - a.mean;
-  const A fb = b.n / n;
-  return {n, a.mean + d * fb, a.m2 + b.m2 + d * d * a.n * fb};
-}
-
-// One loaded vector as a summary: its own mean, then M2 around it (two passes over registers).
-// VEC is a power of two, so a vector of equal values gives that value back exactly, and M2 = 0.
-template <typename A, typename T, int VEC>
-__device__ __forceinline__ Welford<A> welford_vec(const Packed<T, VEC>& v) {
-  A s = 0;
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) s += get(v, j);
-  const A m = s / A(VEC);
-  A m2 = 0;
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) {
-    const A d = get(v, j) - m;
-    m2 += d * d;
-  }
-  return {A(VEC), m, m2};
-}
-
-template <typename A>
-__device__ __forceinline__ Welford<A> warp_welford(Welford<A> w) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    Welford<A> o;
-    o.n = __shfl_xor_sync(0xffffffffu, w.n, offset);
-    o.mean = __shfl_xor_sync(0xffffffffu, w.mean, offset);
-    o.m2 = __shfl_xor_sync(0xffffffffu, w.m2, offset);
-    w = welford_combine(w, o);
-  }
-  return w;
-}
-
-// The block's summary, returned to every thread. Slot 32 holds the result, as in common.cuh's
-// block_reduce, so back-to-back calls (one per row) never race: a warp writes its slot for the
-// next row only after that call's first barrier, which every thread reaches after reading this
-// call's result.
-template <typename A>
-__device__ __forceinline__ Welford<A> block_welford(Welford<A> w, Welford<A>* shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  w = warp_welford(w);
-  if (lane == 0) shared[warp] = w;
-  __syncthreads();
-  if (warp == 0) {
-    Welford<A> t = lane < warps ? shared[lane] : Welford<A>{0, 0, 0};
-    t = warp_welford(t);
-    if (lane == 0) shared[32] = t;
-  }
-  __syncthreads();
-  return shared[32];
 }
 
 // Two sums over the block at once (one pair of barriers instead of two), returned to every
@@ -396,38 +171,37 @@ __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
 // g = dy * w rounded on its own, never fused into a later add: nvcc contracts a * b + c into one
 // fma by default, so `dy * w - c1` in pass 2 would keep dy * w unrounded while s1 (pass 1) summed
 // it rounded. For N = 1 (x̂ = 0, s1 = g, exact dx = 0) that leaves the rounding error of dy * w,
-// times rstd = 1/sqrt(eps) = 316: 1.5e-5 instead of 0 (measured on an H200, 2026-11-22). With
-// the same rounded g in both passes, g - s1 / N is exactly 0 there.
+// times rstd = 1/sqrt(eps) = 316: ~1e-5 instead of 0. With the same rounded g in both passes,
+// g - s1 / N is exactly 0 there.
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 
 // ---------------------------------------------------------------------------------------------
 // Forward. kWarp: a warp per row, blockDim = (32, kFwdWarpRows), warp y of block p takes row
-// p * kFwdWarpRows + y; otherwise a block per row, blockDim = (threads, 1). With kFwdPersistent
-// the grid is one wave and each warp (block) steps over rows by the number of rows the grid
-// covers, prefetching the next row's x while it reduces and writes this one.
+// p * kFwdWarpRows + y; otherwise a block per row, blockDim = (threads, 1). A grid smaller than
+// the rows (over 2^31 blocks) steps over them by the number of rows it covers.
 //
 // A row is nvec = N / VEC vectors; thread t of the row's nt threads (lane, or thread of the
 // block) owns vectors t, t + nt, ...; the first K of them stay in registers, any further ones
 // (rows longer than K * nt * VEC elements) are read again in each pass (from L2: the row was just
 // read). x's rows are ldx elements apart (a view such as x[:, :N] is read in place); y is dense.
 //
-// The statistics, two passes over registers (the default): mean0 = sum(x) / N; then
+// The statistics, two passes over registers: mean0 = sum(x) / N; then
 // s1 = sum(x - mean0), s2 = sum((x - mean0)^2) (one reduction of the pair);
 //   mean = mean0 + s1 / N        (s1 is what the rounding of mean0 left over: ~0)
 //   var  = (s2 - s1 * s1 / N) / N   = sum((x - mean)^2) / N exactly, in real numbers
-// No cancellation: the deviations are of the size of the spread, not of the mean (a row with
-// mean 1e4 and variance 1 sums numbers of size 1). A row of equal values c: every x - mean0 is
-// the same small d (exact: mean0 is within a few units of c), s1 = N d exactly, so mean = c and
-// var = 0 exactly, and y = b. Cost: two row sums (in a warp: 3 x 5 shuffles; in a block: two
-// pairs of barriers), no division; Welford's merge divides at every one of its 10 shuffle steps.
+// No E[x^2] - E[x]^2: with mean 1e4 and variance 1, E[x^2] is 1e8, whose float32 spacing is 8 —
+// the variance would be lost in rounding. The deviations are of the size of the spread, not of
+// the mean. A row of equal values c: every x - mean0 is the same small d (exact: mean0 is within
+// a few units of c), s1 = N d exactly, so mean = c and var = 0 exactly, and y = b. Cost: two row
+// sums (in a warp: 3 x 5 shuffles; in a block: two pairs of barriers), no division (Welford's
+// merge would divide at every one of its 10 shuffle steps).
 //
 // w and b are read in pass 3, per row, from L1/L2 (16 KB, shared by every row on the SM): kept in
 // registers they would triple the registers a warp needs for its row.
 
 template <typename T, int VEC, int K, bool kWarp, bool kFull>
-__global__ void __launch_bounds__(kWarp ? 32 * (kFwdWarpRows > 0 ? kFwdWarpRows : 1) : kMaxThreads,
-                                  kWarp ? kFwdWarpMinBlocks : 0)
+__global__ void __launch_bounds__(kWarp ? 32 * kFwdWarpRows : kMaxThreads)
 layernorm_fwd_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__ w,
                      const T* __restrict__ b, T* __restrict__ y,
                      typename Acc<T>::type* __restrict__ mean_out,
@@ -437,7 +211,6 @@ layernorm_fwd_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__
   using V = Packed<T, VEC>;  // a vector of the row, as loaded (16 bytes)
   __shared__ A sh1[33];              // block per row only: pass 1's sum
   __shared__ A sh2[2][33];           //                     pass 2's pair
-  __shared__ Welford<A> shared[33];  //                     kFwdWelford's summary
   const int t = threadIdx.x, nt = kWarp ? 32 : blockDim.x;  // the row's threads (kWarp: lane, 32)
   const int64_t nvec = N / VEC;
   // first vector not in registers; a warp takes only rows that fit its registers
@@ -462,7 +235,7 @@ layernorm_fwd_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__
   auto load = [&](int64_t r, V* xs) {  // 16 bytes per instruction
     const V* xr = reinterpret_cast<const V*>(x + r * ldx);  // int64: r * ldx passes 2^31
 #pragma unroll
-    for (int k = 0; k < K; ++k) xs[k] = ld<kStreamHints>(xr + at(k));
+    for (int k = 0; k < K; ++k) xs[k] = load_packed(xr + at(k));
   };
   if (first < rows) load(first, xc);
 
@@ -471,26 +244,9 @@ layernorm_fwd_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__
   for (int64_t row = first; row < rows; row += step) {
     const V* xr = reinterpret_cast<const V*>(x + row * ldx);
     V* yr = reinterpret_cast<V*>(y + row * N);
-    V xn[K];  // the next row's loads go out now (persistent only: 2x the registers)
-    if constexpr (kFwdPersistent)
-      if (row + step < rows) load(row + step, xn);
 
     A mean, rstd;
-    if constexpr (kFwdWelford) {
-      // summarize the row: each vector, then the thread's vectors, then the row's threads
-      Welford<A> st{0, 0, 0};
-#pragma unroll
-      for (int k = 0; k < K; ++k)
-        if (in_row(k)) st = welford_combine(st, welford_vec<A>(xc[k]));
-      for (int64_t i = tail; i < nvec; i += nt) {
-        const V xv = ld(xr + i);
-        st = welford_combine(st, welford_vec<A>(xv));
-      }
-      if constexpr (kWarp) st = warp_welford(st);
-      else st = block_welford(st, shared);
-      mean = st.mean;
-      rstd = rsqrt_(st.m2 / static_cast<A>(N) + eps);  // biased variance: M2 / N
-    } else {
+    {  // the statistics: their partial sums end here
       // pass 1: the mean. Each vector summed as a tree, the vectors one after the other (an
       // array of K partial sums to add as a tree would hold K more registers)
       A s0 = 0;
@@ -498,7 +254,7 @@ layernorm_fwd_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__
       for (int k = 0; k < K; ++k)
         if (in_row(k)) s0 += vec_sum<A>(xc[k]);
       for (int64_t i = tail; i < nvec; i += nt) {
-        const V xv = ld(xr + i);
+        const V xv = load_packed(xr + i);
         s0 += vec_sum<A>(xv);
       }
       const A mean0 = row_sum<kWarp>(s0, sh1) / static_cast<A>(N);
@@ -511,7 +267,7 @@ layernorm_fwd_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__
         if (in_row(k)) s1 += a1, s2 += a2;
       }
       for (int64_t i = tail; i < nvec; i += nt) {
-        const V xv = ld(xr + i);
+        const V xv = load_packed(xr + i);
         A a1, a2;
         vec_dev(xv, mean0, a1, a2);
         s1 += a1;
@@ -532,43 +288,36 @@ layernorm_fwd_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__
     auto normalize = [&](const V& xv, const V& wk, const V& bk) {
       A out[VEC];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) out[j] = (get(xv, j) - mean) * rstd * get(wk, j) + get(bk, j);
+      for (int j = 0; j < VEC; ++j)
+        out[j] = (unpack(xv, j) - mean) * rstd * unpack(wk, j) + unpack(bk, j);
       return pack<T>(out);
     };
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int64_t i = at(k);
-      const V yv = normalize(fresh(xc[k]), ld(wv + i), ld(bv + i));
-      if (in_row(k)) sto<kStreamHints>(yr + i, yv);
+      const V yv = normalize(fresh(xc[k]), load_packed(wv + i), load_packed(bv + i));
+      if (in_row(k)) store_packed(yr + i, yv);
     }
-    for (int64_t i = tail; i < nvec; i += nt) {
-      sto<kStreamHints>(yr + i, normalize(ld(xr + i), ld(wv + i), ld(bv + i)));
-    }
-    if constexpr (kFwdPersistent) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) xc[k] = xn[k];
-    } else if (row + step < rows) {  // a grid smaller than the rows (huge M): next row now
-      load(row + step, xc);
-    }
+    for (int64_t i = tail; i < nvec; i += nt)
+      store_packed(yr + i, normalize(load_packed(xr + i), load_packed(wv + i), load_packed(bv + i)));
+    if (row + step < rows) load(row + step, xc);  // a grid smaller than the rows: next row now
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Backward: a persistent grid. Block p takes rows p, p + P, p + 2P, ... (P = gridDim.x), and
 // while it reduces one row the next row's x, dy, mean and rstd are already on their way
-// (prefetched into registers, kBwdPrefetch). dw and db of the columns a thread owns are summed
-// over its block's rows in fp32 and written once, as row p of the [P, N] partials;
-// dwdb_reduce_kernel adds the P rows. Never atomics into dw: bf16 atomics round the running sum
-// at every row, and float atomics make the bits depend on timing.
+// (prefetched into registers). dw and db of the columns a thread owns are summed over its
+// block's rows in fp32 and written once, as row p of the [P, N] partials; dwdb_reduce_kernel
+// adds the P rows. Never atomics into dw: bf16 atomics round the running sum at every row, and
+// float atomics make the bits depend on timing.
 //
-// Where the sums live. In registers (as first solved: 512 threads x 1 vector) they cost 16
-// floats per thread; at 4 vectors per thread 64. The bf16 kernel then had 98 registers: one block
-// of 512 threads per SM, one row (16 KB of x and dy) prefetched: 132 x 16 KB at ~1 us of latency
-// is ~2 TB/s, about the 44% of copy measured (H200, 2026-11-22). In shared memory (2 N floats,
-// 32 KB at N = 4096; each thread reads and writes only its own columns, so no barrier and no
-// race) the registers hold only the rows: 4 blocks of 128 threads per SM (128 registers), each
-// with its next row (16 KB) in flight. A row too long for shared memory (N > ~28000 floats of
-// sums) sums in its partial row in global memory instead.
+// Where the sums live: in shared memory (kSharedSums: 2 N floats, 32 KB at N = 4096; each
+// thread reads and writes only its own columns, so no barrier and no race), so that the
+// registers hold only the rows: 4 blocks of 128 threads per SM (128 registers), each with its
+// next row (16 KB) in flight. In registers they would cost 64 floats per thread at 4 vectors of
+// 8: one block per SM. A row too long for shared memory (N > ~28000 floats of sums) sums in its
+// partial row in global memory instead (read-modified-written through L1/L2 every row).
 //
 // kDx / kDwDb: which gradients autograd asked for (ctx.needs_input_grad). Without dx there is
 // no reduction over the row at all; without dw/db no partials.
@@ -615,14 +364,10 @@ layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t 
     for (int64_t i = t; i < nvec; i += nt) sw[i] = sb[i] = zero;
   }
 
-  V wc[K] = {};  // w is the same for every row: read once (kBwdCacheW), or per row from L1
-  auto w_at = [&](int k) {
-    if constexpr (kBwdCacheW) return wc[k];
-    else return ld(wv + at(k));
-  };
-  if (kDx && kBwdCacheW) {
+  V wc[K] = {};  // w is the same for every row: read once
+  if (kDx) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) wc[k] = ld(wv + at(k));
+    for (int k = 0; k < K; ++k) wc[k] = load_packed(wv + at(k));
   }
 
   V xc[K], dyc[K];
@@ -632,8 +377,8 @@ layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t 
     const V* dyr = reinterpret_cast<const V*>(dy + r * N);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      xs[k] = ld<kStreamHints>(xr + at(k));
-      dys[k] = ld<kStreamHints>(dyr + at(k));
+      xs[k] = load_packed(xr + at(k));
+      dys[k] = load_packed(dyr + at(k));
     }
     m = mean[r];
     s = rstd[r];
@@ -648,8 +393,7 @@ layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t 
     // the next row's loads go out now: they arrive while this row is reduced and written
     V xn[K], dyn[K];
     A mun = 0, rsn = 0;
-    if constexpr (kBwdPrefetch)
-      if (row + gridDim.x < rows) load(row + gridDim.x, xn, dyn, mun, rsn);
+    if (row + gridDim.x < rows) load(row + gridDim.x, xn, dyn, mun, rsn);
 
     // pass 1: s1 = sum(g), s2 = sum(g * x̂) over the row; dw, db += dy * x̂, dy
     A s1 = 0, s2 = 0;
@@ -662,9 +406,9 @@ layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t 
       A t1 = 0, t2 = 0;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const A xh = (get(xv, j) - mu) * rs, d = get(dyv, j);
+        const A xh = (unpack(xv, j) - mu) * rs, d = unpack(dyv, j);
         if (kDx) {
-          const A g = mul_rn(d, get(wk, j));
+          const A g = mul_rn(d, unpack(wk, j));
           t1 += g;
           t2 += g * xh;
         }
@@ -685,13 +429,13 @@ layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t 
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       V wk;
-      if (kDx) wk = w_at(k);
+      if (kDx) wk = wc[k];
       pass1(at(k), in_row(k), xc[k], dyc[k], wk);
     }
     for (int64_t i = tail; i < nvec; i += nt) {
       V wk;
-      if (kDx) wk = ld(wv + i);
-      pass1(i, true, ld(xr + i), ld(dyr + i), wk);
+      if (kDx) wk = load_packed(wv + i);
+      pass1(i, true, load_packed(xr + i), load_packed(dyr + i), wk);
     }
 
     if (kDx) {
@@ -702,31 +446,28 @@ layernorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t 
         A out[VEC];
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-          const A xh = (get(xv, j) - mu) * rs;
-          const A g = mul_rn(get(dyv, j), get(wk, j));
+          const A xh = (unpack(xv, j) - mu) * rs;
+          const A g = mul_rn(unpack(dyv, j), unpack(wk, j));
           out[j] = rs * (g - c1 - xh * c2);
         }
         return pack<T>(out);
       };
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        const V dxv = pass2(fresh(xc[k]), fresh(dyc[k]), fresh(w_at(k)));
-        if (in_row(k)) sto<kStreamHints>(dxr + at(k), dxv);
+        const V dxv = pass2(fresh(xc[k]), fresh(dyc[k]), fresh(wc[k]));
+        if (in_row(k)) store_packed(dxr + at(k), dxv);
       }
       for (int64_t i = tail; i < nvec; i += nt)
-        sto<kStreamHints>(dxr + i, pass2(ld(xr + i), ld(dyr + i), ld(wv + i)));
+        store_packed(dxr + i,
+                     pass2(load_packed(xr + i), load_packed(dyr + i), load_packed(wv + i)));
     }
-    if constexpr (kBwdPrefetch) {
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        xc[k] = xn[k];
-        dyc[k] = dyn[k];
-      }
-      mu = mun;
-      rs = rsn;
-    } else if (row + gridDim.x < rows) {
-      load(row + gridDim.x, xc, dyc, mu, rs);
+    for (int k = 0; k < K; ++k) {
+      xc[k] = xn[k];
+      dyc[k] = dyn[k];
     }
+    mu = mun;
+    rs = rsn;
   }
 
   if (kDwDb && kSharedSums)  // the block's sums, once, to its partial rows
@@ -769,8 +510,8 @@ dwdb_reduce_kernel(const typename Acc<T>::type* __restrict__ part_w,
       tw += sums[0][k][threadIdx.x];
       tb += sums[1][k][threadIdx.x];
     }
-    if (dw) dw[col] = from_math<T>(tw);
-    if (db) db[col] = from_math<T>(tb);
+    if (dw) dw[col] = from_acc<T>(tw);
+    if (db) db[col] = from_acc<T>(tb);
   }
 }
 
@@ -784,18 +525,6 @@ inline int threads_for(int64_t nvec, int per_thread) {
   return static_cast<int>(std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, (t + 31) / 32 * 32)));
 }
 
-// Shared memory one block may have (opt-in, 227 KB on Hopper), asked once per device.
-inline int64_t max_smem_per_block() {
-  static int cached[64] = {0};
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 64 && cached[dev]) return cached[dev];
-  int v = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (dev < 64) cached[dev] = v;
-  return v;
-}
-
 // 16-byte loads need every row to start 16-byte aligned: N and ldx multiples of VEC, and aligned
 // base pointers (a sliced view can start anywhere). Otherwise one element at a time.
 template <typename T>
@@ -807,24 +536,6 @@ bool vector_ok(int64_t N, int64_t ldx, std::initializer_list<const void*> ptrs) 
   return true;
 }
 
-// one launch of the forward kernel: `rows_per_block` rows per block, blockDim (tx, ty)
-template <typename T, typename Kernel>
-void fwd_launch(Kernel kernel, dim3 block, const T* x, int64_t ldx, const T* w, const T* b, T* y,
-                typename Acc<T>::type* mean, typename Acc<T>::type* rstd, int64_t rows, int64_t N,
-                double eps, cudaStream_t stream) {
-  using A = typename Acc<T>::type;
-  int64_t blocks = course::ceil_div(rows, block.y);
-  if (kFwdPersistent) {  // one full wave: every SM holds as many blocks as fit on it
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block.x * block.y, 0));
-    blocks = std::min<int64_t>(blocks, int64_t(course::num_sms()) * std::max(per_sm, 1));
-  }
-  blocks = std::min<int64_t>(blocks, 0x7fffffff);  // grid.x limit; the kernel loops past it
-  kernel<<<static_cast<unsigned>(blocks), block, 0, stream>>>(x, ldx, w, b, y, mean, rstd, rows,
-                                                              N, static_cast<A>(eps));
-  CUDA_LAUNCH_CHECK();
-}
-
 // kFull (every thread's K register vectors lie in the row: no clamps, no predicates) is
 // compiled for the 16-byte path of the 16-bit types only (the graded case), to keep the build
 // short; the other cases clamp.
@@ -832,27 +543,27 @@ template <typename T, int VEC, int K, bool kWarp>
 void fwd_mode(dim3 block, const T* x, int64_t ldx, const T* w, const T* b, T* y,
               typename Acc<T>::type* mean, typename Acc<T>::type* rstd, int64_t rows, int64_t N,
               double eps, cudaStream_t stream) {
+  using A = typename Acc<T>::type;
   constexpr bool kFullOk = VEC > 1 && sizeof(T) == 2;
-  if (kFullOk && N / VEC >= int64_t(K) * block.x)
-    fwd_launch(layernorm_fwd_kernel<T, VEC, K, kWarp, kFullOk>, block, x, ldx, w, b, y, mean,
-               rstd, rows, N, eps, stream);
-  else
-    fwd_launch(layernorm_fwd_kernel<T, VEC, K, kWarp, false>, block, x, ldx, w, b, y, mean, rstd,
-               rows, N, eps, stream);
+  auto kernel = kFullOk && N / VEC >= int64_t(K) * block.x
+                    ? layernorm_fwd_kernel<T, VEC, K, kWarp, kFullOk>
+                    : layernorm_fwd_kernel<T, VEC, K, kWarp, false>;
+  // grid.x is at most 2^31 - 1; the kernel loops over the rows past it
+  const int64_t blocks = std::min<int64_t>(course::ceil_div(rows, block.y), 0x7fffffff);
+  kernel<<<static_cast<unsigned>(blocks), block, 0, stream>>>(x, ldx, w, b, y, mean, rstd, rows,
+                                                              N, static_cast<A>(eps));
+  CUDA_LAUNCH_CHECK();
 }
 
 template <typename T, int VEC>
 void fwd(const T* x, int64_t ldx, const T* w, const T* b, T* y, typename Acc<T>::type* mean,
          typename Acc<T>::type* rstd, int64_t rows, int64_t N, double eps, cudaStream_t stream) {
-  if constexpr (kFwdWarpRows > 0) {
-    if (N / VEC <= 32 * kFwdWarpVecs) {  // the row fits a warp's registers: a warp per row
-      fwd_mode<T, VEC, kFwdWarpVecs, true>(dim3(32, kFwdWarpRows), x, ldx, w, b, y, mean, rstd,
-                                           rows, N, eps, stream);
-      return;
-    }
-  }
-  fwd_mode<T, VEC, kFwdVecsPerThread, false>(dim3(threads_for(N / VEC, kFwdVecsPerThread), 1), x,
-                                             ldx, w, b, y, mean, rstd, rows, N, eps, stream);
+  if (N / VEC <= 32 * kFwdWarpVecs)  // the row fits a warp's registers: a warp per row
+    fwd_mode<T, VEC, kFwdWarpVecs, true>(dim3(32, kFwdWarpRows), x, ldx, w, b, y, mean, rstd,
+                                         rows, N, eps, stream);
+  else
+    fwd_mode<T, VEC, kFwdVecsPerThread, false>(dim3(threads_for(N / VEC, kFwdVecsPerThread), 1),
+                                               x, ldx, w, b, y, mean, rstd, rows, N, eps, stream);
 }
 
 template <typename T, int VEC, bool kDx, bool kDwDb>
@@ -865,17 +576,16 @@ int64_t bwd(const T* dy, const T* x, int64_t ldx, const T* w, const typename Acc
   const int threads = threads_for(N / VEC, K);
   // dw/db sums in shared memory when they fit (next to the kernel's 2 x 33 static values)
   const int64_t sums_bytes = 2 * N * int64_t(sizeof(A));
-  const bool sums_shared = kDwDb && kBwdDwDbShared &&
-                           sums_bytes + 2 * 33 * int64_t(sizeof(A)) <= max_smem_per_block();
+  const bool sums_shared =
+      kDwDb && sums_bytes + 2 * 33 * int64_t(sizeof(A)) <= course::max_smem_per_block();
   const int smem = sums_shared ? static_cast<int>(sums_bytes) : 0;
   // kFull: every thread's register vectors lie in the row (no clamps), compiled for the 16-byte
-  // path of the 16-bit types only (the graded case), with the sums where kBwdDwDbShared puts them
-  // (a row too long for shared memory takes the general kernel)
+  // path of the 16-bit types only (the graded case), with the sums in shared memory (a row too
+  // long for shared memory takes the general kernel)
   constexpr bool kFullOk = VEC > 1 && sizeof(T) == 2;
-  constexpr bool kShared = kDwDb && kBwdDwDbShared;
-  const bool full = kFullOk && N / VEC >= int64_t(K) * threads && sums_shared == kShared;
-  auto kernel = full          ? layernorm_bwd_kernel<T, VEC, K, kDx, kDwDb, kFullOk, kShared>
-                : sums_shared ? layernorm_bwd_kernel<T, VEC, K, kDx, kDwDb, false, kShared>
+  const bool full = kFullOk && N / VEC >= int64_t(K) * threads && sums_shared == kDwDb;
+  auto kernel = full          ? layernorm_bwd_kernel<T, VEC, K, kDx, kDwDb, kFullOk, kDwDb>
+                : sums_shared ? layernorm_bwd_kernel<T, VEC, K, kDx, kDwDb, false, kDwDb>
                               : layernorm_bwd_kernel<T, VEC, K, kDx, kDwDb, false, false>;
   if (smem > 48 * 1024)  // above 48 KB a kernel must opt in
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

@@ -16,40 +16,26 @@ Napkin math, (32768, 4096) bf16: 134,217,728 elements, 268 MB per tensor.
   both                                             1342 MB -> 314 us
 A stored bool mask would add 134 MB to the forward and 134 MB to the backward (+20%).
 
-The random numbers are the expensive part, not the bytes: one Philox4x32-10 call is ~10 rounds
-of 2 wide multiplies + xors, ~80 integer instructions, and yields 4 uint32. tl.rand(seed, i)
-calls it once per element and keeps one of the four; at ~1e12 elements/s (the bandwidth-bound
-rate for bf16 on an H200) that is ~8e13 instructions/s, more than the ~3.3e13 thread
-instructions/s an H200 issues. So we take all four (tl.rand4x) and spread them over four
-neighbouring columns: one call per 4 elements, ~20 instructions per element.
-Measured on an H200, 2026-11-22 (results/gpu-2026-11-22/first-kernels.txt), forward of
-(32768, 4096) bf16, copy 4266 GB/s: tl.rand per element 508.3 us (24.8% of copy), tl.rand4x
-251.3 us (50.1%), tl.rand4x with 7 rounds 223.5 us (56.3%, N_ROUNDS), and 16-bit uniforms,
-one Philox call per 8 elements (HALF_WORDS, the default), 176.4 us (71.8%; forward+backward
-496.9 us; results/experiments/10_first_kernel.py, 2026-11-22). Still compute-bound: ~10 integer
-instructions per element for the numbers alone, on top of the LayerNorm.
-Since then (2026-11-25, the `sol+proposal` variant of results/experiments/10_variants.py), fewer
-instructions per element: the keep test as an integer compare u16 >= T, T = ceil(65536 p - 1/2)
-once per program (the same decision as before for every u16 and every p: tested exhaustively),
-so no int->float conversion per element; the dropped value as `p * 0.0`; no column masks when
-N == BLOCK (EVEN, the graded 4096); the forward at 4 warps for 4096 columns (32 elements per
-thread, not 16); the backward's two row sums in one reduction, the scale folded into w. sm_90
-SASS of (32768, 4096) bf16 from Triton 3.8's ptxas, compiled on a CPU machine (no GPU run):
-forward 496 -> 772 instructions per thread for 16 -> 32 elements, 31.0 -> 24.1 per element
-(I2F 16 -> 0; registers 48 -> 96); backward row loop 505 -> 448 per row per thread, 31.6 -> 28.0
-per element (I2F 16 -> 0; registers 115 -> 110). On an H100 (2026-11-25, results/gpu-2026-11-25/
-grade-04-10-12.txt), where this forward is memory-bound, 190.0 -> 191.3 us (93.5% of copy) and
-forward+backward 560.3 -> 546.4 us; on an H200, where the old forward was compute-bound at 72%,
-not measured yet.
+The random numbers are the expensive part, not the bytes: one Philox4x32 call is ~10 rounds of
+2 wide multiplies + xors, ~80 integer instructions, and yields 4 uint32. tl.rand(seed, i) calls it
+once per element and keeps one of the four; at ~1e12 elements/s (the bandwidth-bound rate for
+bf16 on an H200) that is ~8e13 instructions/s, more than the ~3.3e13 thread instructions/s an
+H200 issues. So every bit of each call is used: 16-bit uniforms, two per 32-bit word, eight
+columns per call (~10 instructions per element for the numbers), and 7 Philox rounds instead of
+10. What is left per element is kept small: the keep test is an integer compare u16 >= T,
+T = ceil(65536 p - 1/2) once per program (no int->float conversion per element); the dropped
+value is `p * 0.0`; no column masks when N == BLOCK (EVEN, the graded 4096); the forward runs 4
+warps for 4096 columns (32 elements per thread); the backward does its two row sums in one
+reduction, with the scale folded into w. Its times against the copy ceiling are in
+docs/performance.md.
 
 Which element gets which number (any rule works as long as it depends on (seed, row, column)
-only, never on the launch): row r has Q = ceil(N / 4) counters r*Q .. r*Q + Q-1; counter
-r*Q + j yields the numbers of columns 4j, 4j+1, 4j+2, 4j+3 (HALF_WORDS: Q = ceil(N / 8), and
-counter r*Q + j the sixteen 16-bit halves of columns 8j .. 8j+7).
+only, never on the launch): row r has Q = ceil(N / 8) counters r*Q .. r*Q + Q-1; counter r*Q + j
+yields the sixteen 16-bit halves that decide columns 8j .. 8j+7.
 
-Not a triton_op: an autograd.Function has far less host overhead per call in eager mode (the
-06 Triton track measured ~776 us of CPU time per fwd+bwd step with triton_ops, for ~375 us of
-GPU work), and this exercise does not need torch.compile to see inside the op. The price is a
+Not a triton_op: an autograd.Function has far less host overhead per call in eager mode (on the
+06 Triton track, triton_ops cost more CPU time per fwd+bwd step than the GPU work they launched),
+and this exercise does not need torch.compile to see inside the op. The price is a
 graph break under torch.compile; see the README.
 """
 import struct
@@ -64,51 +50,35 @@ MAX_FWD_BLOCK = 16384
 MAX_BWD_BLOCK = 8192    # the backward holds x, dy, w and two accumulators per column
 LOOP_BLOCK = 4096
 N_ROUNDS = 7            # Philox4x32-7 passes BigCrush (Salmon et al. 2011, who add 3 rounds
-                        # as a safety margin: Triton's default 10). Measured on an H200,
-                        # 2026-11-22: forward 251.3 us with 10 rounds, 223.5 us with 7
-FOUR_PER_CALL = True    # one Philox call per 4 elements (tl.rand4x); False: tl.rand per element
-HALF_WORDS = True       # 16-bit uniforms, two per 32-bit word, one Philox call per 8
-                        # elements; p then counts in steps of 2^-16 (the drop probability is
-                        # round(p * 65536) / 65536, within 7.6e-6 of p). H200, 2026-11-22:
-                        # forward 176.4 us (71.8% of copy) vs 224.0 us with 32-bit uniforms
-BWD_STAGES = 1          # > 1: the backward's row loop prefetches x, dy (cp.async)
+                        # as a safety margin: Triton's default 10)
 PROGRAMS_PER_SM = 4     # backward programs per SM (persistent: each loops over several rows)
 CPU_PROGRAMS = 4        # on the interpreter: a few programs, so the row loop is exercised
 
 
 @triton.jit
-def _keep(seed, row, start, N, p, BLOCK: tl.constexpr, FOUR: tl.constexpr,
-          N_ROUNDS: tl.constexpr, HALF: tl.constexpr):
+def _keep(seed, row, start, N, p, BLOCK: tl.constexpr, N_ROUNDS: tl.constexpr):
     """keep (True) or drop for columns start .. start+BLOCK-1 of `row`: from (seed, row, column)
-    only, so the forward and the backward, whatever their block sizes, draw the same numbers."""
-    if HALF:
-        # 8 columns per counter: row r has Q = ceil(N / 8) counters; counter r*Q + j gives the
-        # words w0..w3, and column 8j + 2i + h gets the 16-bit half h of word i
-        q = (N + 7) // 8
-        j = row * q + start // 8 + tl.arange(0, BLOCK // 8)
-        w0, w1, w2, w3 = tl.randint4x(seed, j, N_ROUNDS)
-        words = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), [BLOCK // 2])  # 4j + i
-        u16 = tl.reshape(tl.join(words & 0xFFFF, (words >> 16) & 0xFFFF), [BLOCK])
-        # drop when u16 + 1/2 < 65536 p (exact in float32): round(65536 p) of the 65536 values,
-        # probability within 2^-17 of p; p = 0 drops none, p = 1 all. Compared as integers, with
-        # no int->float conversion per element: u16 + 1/2 >= P <=> u16 >= T = ceil(P - 1/2),
-        # P = p * 65536 (exact in float32; so is P - 1/2 when P >= 1/2, and when P < 1/2 the
-        # ceil is 0 = T either way): the same keep/drop decision for every u16 and every p
-        # (the cast: a no-op on the GPU, where p arrives as float32; the interpreter passes
-        # a Python float, which must be rounded to float32 first, as the GPU's launcher does)
-        t = tl.math.ceil(tl.cast(p, tl.float32) * 65536.0 - 0.5).to(tl.uint32)   # 0 .. 65536
-        keep = u16 >= t
-    elif FOUR:
-        q = (N + 3) // 4                                  # counters per row
-        j = row * q + start // 4 + tl.arange(0, BLOCK // 4)
-        u0, u1, u2, u3 = tl.rand4x(seed, j, N_ROUNDS)     # columns 4j, 4j+1, 4j+2, 4j+3
-        # interleave: [BLOCK/4, 2, 2] with [j, a, b] = u_(2a+b), flattened -> column 4j + 2a + b
-        u = tl.reshape(tl.join(tl.join(u0, u2), tl.join(u1, u3)), [BLOCK])
-        keep = u >= p
-    else:
-        u = tl.rand(seed, row * N + start + tl.arange(0, BLOCK), N_ROUNDS)
-        keep = u >= p
-    return keep  # one return: Triton compiles every branch of a constexpr if into one body
+    only, so the forward and the backward, whatever their block sizes, draw the same numbers.
+
+    16-bit uniforms: p counts in steps of 2^-16 (the drop probability is round(p * 65536) / 65536,
+    within 7.6e-6 of p)."""
+    # 8 columns per counter: row r has Q = ceil(N / 8) counters; counter r*Q + j gives the
+    # words w0..w3, and column 8j + 2i + h gets the 16-bit half h of word i
+    q = (N + 7) // 8
+    j = row * q + start // 8 + tl.arange(0, BLOCK // 8)
+    w0, w1, w2, w3 = tl.randint4x(seed, j, N_ROUNDS)
+    words = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), [BLOCK // 2])  # 4j + i
+    u16 = tl.reshape(tl.join(words & 0xFFFF, (words >> 16) & 0xFFFF), [BLOCK])
+    # drop when u16 + 1/2 < 65536 p (exact in float32): round(65536 p) of the 65536 values,
+    # probability within 2^-17 of p; p = 0 drops none, p = 1 all. Compared as integers, with
+    # no int->float conversion per element: u16 + 1/2 >= P <=> u16 >= T = ceil(P - 1/2),
+    # P = p * 65536 (exact in float32; so is P - 1/2 when P >= 1/2, and when P < 1/2 the
+    # ceil is 0 = T either way): the same keep/drop decision for every u16 and every p
+    # (the cast: a no-op on the GPU, where p arrives as float32; the interpreter passes
+    # a Python float, which must be rounded to float32 first, as the GPU's launcher does)
+    t = tl.math.ceil(tl.cast(p, tl.float32) * 65536.0 - 0.5).to(tl.uint32)   # 0 .. 65536
+    keep = u16 >= t
+    return keep
 
 
 @triton.jit
@@ -117,7 +87,7 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr,      # x, y: [M, N]; w, b: [N]
                 N, eps, p, seed,
                 scale_hi, scale_lo,              # 1/(1-p) = hi + lo (two floats: fp64 exact)
                 BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, F64: tl.constexpr,
-                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr, HALF: tl.constexpr,
+                N_ROUNDS: tl.constexpr,
                 EVEN: tl.constexpr = False):             # N == BLOCK: no column masks
     # math in float32 (float64 for float64 inputs): convert every load before any arithmetic
     acc_ty = tl.float64 if F64 else tl.float32
@@ -149,7 +119,7 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr,      # x, y: [M, N]; w, b: [N]
             w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(acc_ty)
             b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(acc_ty)
         z = xc * rstd * w + b
-        keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS, HALF)
+        keep = _keep(seed, row, 0, N, p, BLOCK, N_ROUNDS)
         y = tl.where(keep, z * scale, zero).to(y_ptr.dtype.element_ty)
         if EVEN:
             tl.store(y_row + cols, y)
@@ -176,7 +146,7 @@ def _fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr,      # x, y: [M, N]; w, b: [N]
             w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
             b = tl.load(b_ptr + c, mask=mask, other=0.0).to(acc_ty)
             z = (x - mean) * rstd * w + b
-            keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS, HALF)
+            keep = _keep(seed, row, start, N, p, BLOCK, N_ROUNDS)
             tl.store(y_row + c, tl.where(keep, z * scale, zero).to(y_ptr.dtype.element_ty),
                      mask=mask)
     tl.store(mean_ptr + row, mean)
@@ -194,9 +164,8 @@ def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: 
                 M, N, p, seed, scale_hi, scale_lo,
                 BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, F64: tl.constexpr,
                 WANT_DWB: tl.constexpr,                    # dw or db asked for
-                FOUR: tl.constexpr, N_ROUNDS: tl.constexpr, HALF: tl.constexpr,
-                EVEN: tl.constexpr = False,                # N == BLOCK: no column masks
-                STAGES: tl.constexpr = 1):                 # > 1: the row loop's loads pipelined
+                N_ROUNDS: tl.constexpr,
+                EVEN: tl.constexpr = False):               # N == BLOCK: no column masks
     # Persistent: program p takes rows p, p + P, p + 2P, ... and sums its rows' g * xhat and g
     # into its own partial rows of dw and db: no atomics, and the same sums every run.
     acc_ty = tl.float64 if F64 else tl.float32
@@ -214,7 +183,8 @@ def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: 
             ws = tl.load(w_ptr + cols, mask=mask, other=0.0).to(acc_ty) * scale
         dw = tl.zeros([BLOCK], dtype=acc_ty)     # sums of g * xhat / scale and g / scale
         db = tl.zeros([BLOCK], dtype=acc_ty)
-        for row in tl.range(pid.to(tl.int64), M, nprog, num_stages=STAGES):
+        # num_stages=1: the row loop's loads are not pipelined (cp.async prefetch of x, dy)
+        for row in tl.range(pid.to(tl.int64), M, nprog, num_stages=1):
             if EVEN:
                 x = tl.load(x_ptr + row * N + cols).to(acc_ty)
                 dy = tl.load(dy_ptr + row * N + cols).to(acc_ty)
@@ -226,7 +196,7 @@ def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: 
             xhat = (x - mean) * rstd
             if not EVEN:
                 xhat = tl.where(mask, xhat, 0.0)
-            keep = _keep(seed, row, 0, N, p, BLOCK, FOUR, N_ROUNDS, HALF)   # regenerated, not loaded
+            keep = _keep(seed, row, 0, N, p, BLOCK, N_ROUNDS)   # regenerated, not loaded
             gs = tl.where(keep, dy, 0.0)         # g / scale (the scale is in ws)
             wg = ws * gs
             s1, s2 = tl.reduce((xhat * wg, wg), 0, _add2)   # both row sums, one reduction
@@ -262,7 +232,7 @@ def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: 
                 x = tl.load(x_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
                 dy = tl.load(dy_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
                 w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
-                keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS, HALF)
+                keep = _keep(seed, row, start, N, p, BLOCK, N_ROUNDS)
                 wg = w * tl.where(keep, dy * scale, 0.0)
                 a1 += tl.where(mask, (x - mean) * rstd, 0.0) * wg
                 a2 += wg
@@ -274,7 +244,7 @@ def _bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,   # dy, x: [M, N]; w: 
                 x = tl.load(x_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
                 dy = tl.load(dy_ptr + row * N + c, mask=mask, other=0.0).to(acc_ty)
                 w = tl.load(w_ptr + c, mask=mask, other=0.0).to(acc_ty)
-                keep = _keep(seed, row, start, N, p, BLOCK, FOUR, N_ROUNDS, HALF)
+                keep = _keep(seed, row, start, N, p, BLOCK, N_ROUNDS)
                 g = tl.where(keep, dy * scale, 0.0)
                 xhat = tl.where(mask, (x - mean) * rstd, 0.0)
                 dx = (w * g - c2 - xhat * c1) * rstd
@@ -318,7 +288,7 @@ def _fwd_num_warps(block: int) -> int:
 
 def _block(n: int, max_block: int) -> tuple[int, bool]:
     one_block = n <= max_block
-    # at least 16 columns: rand4x's quarter-block must have a power-of-two length >= 4
+    # at least 16 columns: _keep's eighth of a block must have a power-of-two length >= 2
     return (max(16, triton.next_power_of_2(n)) if one_block else LOOP_BLOCK), one_block
 
 
@@ -372,8 +342,8 @@ def _forward(x, w, b, p, seed, eps):
     # one program per row: 32768 programs of 4 warps for the headline case, the row in registers
     _fwd_kernel[(M,)](x, w, b, y, mean, rstd, N, eps, p, seed, hi, lo,
                       BLOCK=block, ONE_BLOCK=one_block, F64=x.dtype == torch.float64,
-                      FOUR=FOUR_PER_CALL, N_ROUNDS=N_ROUNDS, HALF=HALF_WORDS,
-                      EVEN=one_block and N == block, num_warps=_fwd_num_warps(block))
+                      N_ROUNDS=N_ROUNDS, EVEN=one_block and N == block,
+                      num_warps=_fwd_num_warps(block))
     return x, y, mean, rstd
 
 
@@ -401,9 +371,8 @@ def _backward(dy, x, w, mean, rstd, p, seed, want_dwb):
     hi, lo = _scale(p)
     _bwd_kernel[(programs,)](dy, x, w, mean, rstd, dx, partials, M, N, p, seed, hi, lo,
                              BLOCK=block, ONE_BLOCK=one_block, F64=x.dtype == torch.float64,
-                             WANT_DWB=want_dwb, FOUR=FOUR_PER_CALL, N_ROUNDS=N_ROUNDS,
-                             HALF=HALF_WORDS, EVEN=one_block and N == block,
-                             STAGES=BWD_STAGES, num_warps=_num_warps(block))
+                             WANT_DWB=want_dwb, N_ROUNDS=N_ROUNDS,
+                             EVEN=one_block and N == block, num_warps=_num_warps(block))
     if want_dwb:
         sum_block = 256
         _sum_partials_kernel[(triton.cdiv(N, sum_block), 2)](partials, dw, db, programs, N,

@@ -55,20 +55,17 @@ using course::math_type;
 // ---------------------------------------------------------------------------------------------
 // argument checks (the same for CPU and CUDA) and shapes
 
+// include/aten_cuda.h's checks: device, dtype, shape, strides; x, then w. Kernels that take no
+// row stride refuse a strided x, naming it (a hidden copy would be a pass over memory).
 void check_inputs(const at::Tensor& x, const at::Tensor& w) {
-  TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0,
-              "x must have a last dimension of at least 1 (the rows), got shape ", x.sizes());
+  course::check_device(x, "x", /*cpu_ok=*/true);
+  course::check_dtype(x, "x", {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble});
+  course::check_rows(x, "x");
   TORCH_CHECK(x.size(-1) < (int64_t(1) << 31), "x's rows must have fewer than 2^31 elements, got ",
               x.size(-1));
-  TORCH_CHECK(w.dim() == 1 && w.size(0) == x.size(-1), "w must have shape [", x.size(-1),
-              "] (x's last dimension), got ", w.sizes());
-  TORCH_CHECK(w.device() == x.device(), "w must be on x's device ", x.device(), ", got ",
-              w.device());
-  TORCH_CHECK(w.scalar_type() == x.scalar_type(), "w must have x's dtype ", x.scalar_type(),
-              ", got ", w.scalar_type());
-  const auto t = x.scalar_type();
-  TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble,
-              "x must be float32, float16, bfloat16 or float64, got ", t);
+  course::check_contiguous(x, "x");
+  course::check_like(w, "w", x);
+  course::check_vector(w, "w", x.size(-1), "x's last dimension");
 }
 
 void check_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w,

@@ -12,6 +12,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include "aten_cuda.h"  // the argument checks every exercise shares
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -34,18 +36,15 @@ void rmsnorm_quant_cuda_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, int
 
 namespace {
 
+// include/aten_cuda.h's checks: device, dtype, shape, strides (row_stride_of below); x, then w.
 void check_inputs(const at::Tensor& x, const at::Tensor& w) {
-  const auto t = x.scalar_type();
-  TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
-              "x must be float32, float16 or bfloat16, got ", t);
-  TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0,
-              "x must have a last dimension of at least 1 (the rows), got shape ", x.sizes());
-  TORCH_CHECK(w.dim() == 1 && w.size(0) == x.size(-1), "w must have shape [", x.size(-1),
-              "] (x's last dimension), got ", w.sizes());
-  TORCH_CHECK(w.scalar_type() == t, "w must have x's dtype ", t, ", got ", w.scalar_type());
-  TORCH_CHECK(w.device() == x.device(), "w must be on x's device ", x.device(), ", got ",
-              w.device());
-  TORCH_CHECK(x.size(-1) < (int64_t(1) << 31), "x's rows are too long: ", x.size(-1));
+  course::check_device(x, "x", /*cpu_ok=*/true);
+  course::check_dtype(x, "x", {at::kFloat, at::kHalf, at::kBFloat16});
+  course::check_rows(x, "x");
+  TORCH_CHECK(x.size(-1) < (int64_t(1) << 31), "x's rows must have fewer than 2^31 elements, got ",
+              x.size(-1));
+  course::check_like(w, "w", x);
+  course::check_vector(w, "w", x.size(-1), "x's last dimension");
 }
 
 // The distance between row starts, in elements. The kernels read each row in place, so any x
