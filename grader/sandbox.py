@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.paths import ROOT
 
 _SCOPE_SIGNAL = 1 << 1        # LANDLOCK_SCOPE_SIGNAL (ABI 6, Linux 6.12)
-_SYS = {"x86_64": (444, 446), "aarch64": (444, 446)}  # landlock_create_ruleset, restrict_self
 
 
 def landlock_abi() -> int:
@@ -40,12 +38,18 @@ def landlock_available() -> bool:
 
 def close_filesystem(roots: list[Path]) -> str:
     """Make everything but `roots` read-only for this process and its children, and scope its
-    signals to its own sandbox. Returns how the sandbox stands, for the scorecard's build line."""
+    signals to its own sandbox. Returns how the sandbox stands, for the scorecard's build line.
+
+    One Landlock layer does both: the `landlock` package's system calls, but the ruleset made
+    with the ABI 6 attribute that also names the scopes (the package has none yet; 444 is
+    landlock_create_ruleset on every Linux architecture). One layer, because every
+    layer denies moving a file between folders unless it allows it beneath both (a second,
+    signal-only layer broke Triton's cache, which renames into place)."""
     abi = landlock_abi()
     if abi < 1:
         return "no Landlock here: the repository is checked by hash; signals are not scoped"
-    import landlock
-    from landlock import FSAccess
+    from landlock.plumbing import (PR_SET_NO_NEW_PRIVS, FSAccess, PathBeneathAttr, get_add_rule,
+                                   get_prctl, get_restrict_self)
     write = (FSAccess.WRITE_FILE | FSAccess.REMOVE_DIR | FSAccess.REMOVE_FILE | FSAccess.MAKE_CHAR
              | FSAccess.MAKE_DIR | FSAccess.MAKE_REG | FSAccess.MAKE_SOCK | FSAccess.MAKE_FIFO
              | FSAccess.MAKE_BLOCK | FSAccess.MAKE_SYM)
@@ -53,38 +57,32 @@ def close_filesystem(roots: list[Path]) -> str:
         write |= FSAccess.REFER
     if abi >= 3:
         write |= FSAccess.TRUNCATE
-    rules = landlock.Ruleset(restrict_rules=write)
-    for root in roots:
-        if root.exists():
-            rules.allow(str(root), rules=write)
-    rules.apply()
-    signals = _scope_signals() if abi >= 6 else "signals not scoped (Landlock ABI < 6)"
-    return (f"Landlock ABI {abi}: writes allowed only under {', '.join(str(r) for r in roots)}; "
-            f"{signals}")
 
-
-def _scope_signals() -> str:
-    """A second Landlock layer that handles no file access and scopes signals: kill() of any
-    process outside this sandbox (the judge, the grader) fails with EPERM. The `landlock`
-    package has no scopes yet, so this is the two system calls it would make."""
-    numbers = _SYS.get(platform.machine())
-    if numbers is None:
-        return f"signals not scoped (no syscall numbers for {platform.machine()})"
-
-    class Attr(ctypes.Structure):  # struct landlock_ruleset_attr, ABI 6
+    class Attr(ctypes.Structure):  # struct landlock_ruleset_attr (ABI 6: with `scoped`)
         _fields_ = [("handled_access_fs", ctypes.c_uint64),
                     ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+    attr = Attr(int(write), 0, _SCOPE_SIGNAL if abi >= 6 else 0)
+    size = ctypes.sizeof(attr) if abi >= 6 else ctypes.sizeof(ctypes.c_uint64)
     libc = ctypes.CDLL(None, use_errno=True)
-    attr = Attr(0, 0, _SCOPE_SIGNAL)
-    fd = libc.syscall(numbers[0], ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    fd = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(size), 0)  # create_ruleset
     if fd < 0:
-        return f"signals not scoped (landlock_create_ruleset: errno {ctypes.get_errno()})"
+        return f"Landlock ABI {abi}, but no ruleset (errno {ctypes.get_errno()}): not sandboxed"
     try:
-        if libc.syscall(numbers[1], fd, 0) != 0:  # no_new_privs is already set by the first layer
-            return f"signals not scoped (landlock_restrict_self: errno {ctypes.get_errno()})"
+        for root in roots:
+            if root.exists():
+                rfd = os.open(root, os.O_PATH)
+                try:
+                    get_add_rule()(fd, 1, ctypes.byref(PathBeneathAttr(write, rfd)), 0)
+                finally:
+                    os.close(rfd)
+        get_prctl()(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        get_restrict_self()(fd, 0)
     finally:
         os.close(fd)
-    return "signals scoped to the sandbox"
+    signals = ("signals scoped to the sandbox" if abi >= 6 else
+               "signals not scoped (Landlock ABI < 6: the kernel is older than Linux 6.12)")
+    return (f"Landlock ABI {abi}: writes allowed only under {', '.join(str(r) for r in roots)}; "
+            f"{signals}")
 
 
 class Attempts:
