@@ -54,9 +54,16 @@ def _check_both(exercise, dy, got, want, dtype, **ctx):
         check.assert_close(got[1], want[1], tol=_dx_tol(exercise, dtype, want[0], dy),
                            dtype=dtype, what="dx (= y * (dy - sum(dy * y)))", **ctx)
     except Mismatch as e:
-        raise Mismatch(f"{e}\n  y is right but dx is not: the backward needs the forward's "
-                       f"output y (ctx.save_for_backward(y)), not x, and the dot sum(dy * y) over "
-                       f"the whole row, in float32") from None
+        y = got[0]
+        if y.dim() >= 2 and y.numel() > 1 and not y.is_contiguous():
+            why = (f"the forward returned y with strides {y.stride()} (not row-major): a "
+                   f"backward that reads the saved y as row-major reads the wrong elements; "
+                   f"index it with its own strides, or make it row-major")
+        else:
+            why = ("dx = y * (dy - sum(dy * y)) needs the forward's output y "
+                   "(ctx.save_for_backward(y)) and the dot sum(dy * y) over the whole row, in "
+                   "float32")
+        raise Mismatch(f"{e}\n  y is right but dx is not: {why}") from None
 
 
 # --- values and gradients ----------------------------------------------------------------------
