@@ -276,3 +276,30 @@ def test_strided_dy(impl, ref, exercise, device, assert_close):
 def test_refuses_integer_x(impl, device):
     impl.softmax(randn((2, 8), seed=1, dtype=torch.float32, device=device))  # a stub fails here
     expect_refusal(impl.softmax, torch.arange(16, device=device).view(2, 8), argument="x")
+
+
+# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
+from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+
+
+def test_every_argument_as_a_view(impl, ref, device, assert_close):
+    """Each tensor argument in turn as a strided view and as a view one element into its
+    memory, the others dense: the right values, or a strided view refused naming it. Forward
+    only: no backward is needed."""
+    x = randn((7, 131), seed=51, dtype=torch.float32, device=device, scale=2.0)
+    want = (lambda a: (ref.reference(a[0].double()),))((x,))
+
+    def compare(outs):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _views(impl.softmax, (x,), ("x",), compare, seed=51)
+
+
+def test_new_contents_same_shapes(impl, ref, device, assert_close):
+    """Called twice with inputs of the same shapes, new values the second time: both right."""
+    x = randn((7, 131), seed=61, dtype=torch.float32, device=device, scale=2.0)
+
+    def compare(outs, want):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _twice(impl.softmax, (x,), ("x",), lambda a: (ref.reference(a[0].double()),), compare, seed=71)
