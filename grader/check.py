@@ -6,6 +6,7 @@ entry point and verifies it left its inputs untouched and returned fresh memory.
 """
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -17,27 +18,76 @@ class Mismatch(AssertionError):
     """A check failed; the message is written for the learner."""
 
 
-# The non-contiguous tensors the op was last given in this check (set by the proxy on each call,
-# cleared when a check starts): a wrong answer on a strided view is explained as that.
-_strided: list[tuple[str, tuple, tuple]] = []
+# The tensor arguments of the op's latest call in this check (set by the proxy on each call,
+# cleared when a check starts): (name, shape, strides, storage offset, element size). A wrong
+# answer is explained by a view only when a view was given, by a per-column input only when the
+# op has one.
+_last_call: list[tuple[str, tuple, tuple, int, int]] = []
 
 
 def note_call(args, names=None) -> None:
-    """Remember which tensor arguments of the op's latest call were strided views."""
+    """Remember the tensor arguments of the op's latest call (names, shapes, strides)."""
     names = list(names or [])
-    _strided[:] = [(names[i] if i < len(names) else f"argument {i}", tuple(a.shape), a.stride())
-                   for i, a in enumerate(args)
-                   if isinstance(a, torch.Tensor) and a.numel() > 1 and not a.is_contiguous()]
+    _last_call[:] = [(names[i] if i < len(names) else f"argument {i}", tuple(a.shape), a.stride(),
+                      a.storage_offset(), a.element_size())
+                     for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
 
 
-def _strided_cause() -> str | None:
-    if not _strided:
+def _is_view(shape, stride, offset) -> bool:
+    """Strided (not row-major dense) or starting past the storage's first element."""
+    return _is_strided(shape, stride) or offset != 0
+
+
+def _is_strided(shape, stride) -> bool:
+    expected = 1
+    for n, st in reversed(list(zip(shape, stride))):
+        if n != 1 and st != expected:
+            return True
+        expected *= n
+    return False
+
+
+def _view_cause() -> str | None:
+    """The argument given as a strided or offset view in this call, if any: the check's wrong
+    answer came with it (the shared strategy makes one argument a view at a time)."""
+    views = [(n, sh, st, off, size) for n, sh, st, off, size in _last_call
+             if math.prod(sh) > 0 and _is_view(sh, st, off)]
+    if not views:
         return None
-    name, shape, stride = _strided[0]
-    return (f"`{name}` was a strided view (shape {shape}, strides {stride}): a kernel that "
-            f"indexes it as if contiguous reads the wrong elements. Pass its strides to the "
-            f"kernel, or call .contiguous() before the launch (one more pass over memory), or "
-            f"refuse it with a message naming `{name}`")
+    others = [n for n, *_ in _last_call if n not in {v[0] for v in views}]
+    name, shape, stride, offset, size = views[0]
+    if len(views) == 1:
+        rest = (f", every other input ({', '.join(f'`{o}`' for o in others)}) contiguous"
+                if others else "")
+    else:
+        rest = f" (so were {', '.join(f'`{v[0]}`' for v in views[1:])})"
+    if not _is_strided(shape, stride):
+        return (f"`{name}` was a dense view starting {offset} elements ({offset * size} bytes) "
+                f"into its memory{rest}: use the tensor's own data pointer (it includes the "
+                f"offset); a 16-byte vector load needs a 16-byte-aligned address: check the "
+                f"alignment and fall back to a scalar path")
+    return (f"the output is wrong when `{name}` is a strided view (shape {shape}, strides "
+            f"{stride}){rest}: index each tensor with its own strides (`{name}`'s for "
+            f"`{name}`), or call .contiguous() on it before the launch (one more pass over "
+            f"memory), or refuse it with a message naming `{name}`")
+
+
+# what a fresh output holds before anything is written (torch.empty under
+# torch.utils.deterministic.fill_uninitialized_memory: the dtype's quiet NaN, positive). A NaN a
+# kernel computes (inf/inf, 0*inf, inf-inf) is the CPU's default NaN (sign bit set) or the
+# GPU's canonical 0x7FFFFFFF: another bit pattern.
+_POISON_BITS = {torch.float32: (torch.int32, 0x7FC00000), torch.float16: (torch.int16, 0x7E00),
+                torch.bfloat16: (torch.int16, 0x7FC0),
+                torch.float64: (torch.int64, 0x7FF8000000000000)}
+
+
+def _poisoned(got: torch.Tensor) -> torch.Tensor:
+    """Flat bool mask (CPU): the elements still holding the poison bit pattern."""
+    if got.dtype not in _POISON_BITS:
+        return torch.isnan(got.detach().reshape(-1).to(torch.float64)).cpu()
+    ity, pattern = _POISON_BITS[got.dtype]
+    flat = got.detach().contiguous().reshape(-1).view(ity)
+    return (flat == torch.tensor(pattern, dtype=torch.int64).to(ity)).cpu()
 
 
 def _fmt(v: float, digits: int = 6) -> str:
@@ -106,58 +156,158 @@ def assert_close(got, expected, *, tol: dict, dtype=None, what: str = "output",
                     f"{_fmt(atols.cpu()[worst].item(), 3)} at the largest error)")
     lines.append(f"  max abs error {_fmt(abs_err[worst].item())} at {[int(j) for j in idx(worst)]}, "
                  f"max rel error {_fmt(rel)}; allowed: {allowed} rtol={rtol:g}")
-    hint = _strided_cause() or _likely_cause(g, e, bad, shape, ok, got.dtype)
+    # the poison and NaN evidence first, then a view the call was given, then the pattern
+    hint = (_nan_cause(g, e, bad, _poisoned(got)) or _view_cause()
+            or _pattern_cause(g, e, bad, shape, ok, got.dtype))
     if hint:
         lines.append(f"  likely cause: {hint}")
     raise Mismatch("\n".join(lines))
 
 
-def _likely_cause(g, e, bad, shape, ok, dtype) -> str | None:
+_U = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8, torch.float32: 2.0 ** -24,
+      torch.float64: 2.0 ** -53}  # unit roundoff
+
+
+def _representable(v: torch.Tensor, dtype) -> torch.Tensor:
+    """Which float64 values are exactly numbers of `dtype` (NaN/inf excluded)."""
+    with torch.no_grad():
+        return (v.to(dtype).to(torch.float64) == v) & torch.isfinite(v)
+
+
+def _nan_cause(g, e, bad, poisoned) -> str | None:
+    """Unwritten elements (the poison survived), computed NaN, inf: or None."""
     n = g.numel()
-    nan_bad = torch.isnan(g[bad]) & ~torch.isnan(e[bad])
+    gb, eb = g[bad], e[bad]
     first = int(bad[0])
     tail = bad.numel() == n - first
-    if bool(nan_bad.all()):
+    unwritten = poisoned[bad] & ~torch.isnan(eb)
+    if bool(unwritten.all()):
         if tail and first > 0:
-            return (f"elements from flat index {first} on were never written (outputs start as "
-                    f"NaN): the grid does not cover the tail, or the mask/bounds check cuts it off")
+            return (f"elements from flat index {first} on were never written (they still hold "
+                    f"the NaN fresh outputs start with): the grid does not cover the tail, or "
+                    f"the mask/bounds check cuts it off")
         if tail:
-            return ("no element was written (outputs start as NaN): is the kernel launched, on "
-                    "the right tensor, and is the launch error checked?")
-        return ("some elements were never written (outputs start as NaN): check the index "
-                "arithmetic and the stride between blocks/programs")
-    if bool(torch.isnan(g[bad]).any()) or bool(torch.isinf(g[bad]).any()):
-        return ("NaN/inf where the reference is finite: an overflow (exp or x*x in fp16/bf16?), "
-                "a division by zero, or a read past the end of an input")
+            return ("no element was written (each still holds the NaN fresh outputs start "
+                    "with): is the kernel launched, on the right tensor, and is the launch "
+                    "error checked?")
+        return ("some elements were never written (they still hold the NaN fresh outputs "
+                "start with): check the index arithmetic and the stride between "
+                "blocks/programs")
+    if bool(unwritten.any()):
+        at = int(bad[unwritten.nonzero()[0, 0]])
+        return (f"{int(unwritten.sum())} elements were never written (first at flat index "
+                f"{at}: still the NaN fresh outputs start with), and other elements are wrong "
+                f"too: check which elements each program stores")
+    computed_nan = torch.isnan(gb) & ~torch.isnan(eb)
+    if bool(computed_nan.any()):
+        return ("NaN computed where the reference is finite (inf/inf, inf - inf or 0 * inf): "
+                "an overflow to inf first (exp of a large value, x*x in fp16/bf16: subtract the "
+                "max before exp, square in float32), or a division by zero")
+    if bool((torch.isinf(gb) & torch.isfinite(eb)).any()):
+        return ("inf where the reference is finite: an overflow (exp of a large value, x*x or "
+                "a sum in fp16/bf16: compute in float32), or a division by zero")
+    return None
+
+
+def _pattern_cause(g, e, bad, shape, ok, dtype) -> str | None:
+    """What the positions and sizes of the wrong elements support, or None."""
+    first = int(bad[0])
+    tail = bad.numel() == g.numel() - first
     if tail and first > 0:
         return f"everything from flat index {first} on is wrong: a tail or a last block mishandled"
     if len(shape) >= 2 and shape[-1] > 1:
-        cols = torch.unique(bad % shape[-1])
-        rows = torch.unique(bad // shape[-1])
-        if cols.numel() < shape[-1] and rows.numel() == n // shape[-1]:
-            return (f"every row is wrong in the same {cols.numel()} of {shape[-1]} columns "
-                    f"(first {cols[0].item()}): a column tail or a per-column input (bias, "
-                    f"weight) indexed wrongly")
-        if cols.numel() < shape[-1] and rows.numel() >= max(2, 2 * cols.numel()):
-            return (f"the wrong elements, in {rows.numel()} rows, all lie in {cols.numel()} of "
-                    f"{shape[-1]} columns (first {cols[0].item()}): a column tail or a "
-                    f"per-column input (bias, weight) indexed wrongly")
-        if rows.numel() < n // shape[-1] and bool(ok.view(-1, shape[-1])[rows].logical_not().all()):
-            return (f"{rows.numel()} whole rows are wrong (first {rows[0].item()}): the row "
-                    f"index or the row stride")
-    rel = ((g[bad] - e[bad]).abs() / e[bad].abs().clamp_min(1e-12)).median().item()
-    if rel < 5e-2 and dtype == torch.float64:
-        return ("small errors everywhere in float64: computing (or passing a scalar) in float32 "
-                "instead of float64?")
-    # fp16/bf16 math shows as relative errors of about their unit roundoff (5e-4 / 4e-3);
-    # a normalizer taken over the wrong elements, as a few percent on every element of a row
-    if rel < 5e-2 and (dtype in (torch.float16, torch.bfloat16) or rel < 5e-3):
-        return ("small errors everywhere: accumulating or computing in a 16-bit type "
-                "(fp16/bf16) instead of float32?")
-    if rel < 5e-2:
-        return ("close but off almost everywhere: a shared term (a row's sum, mean, max or "
-                "scale) taken over the wrong elements (masked lanes loaded as 0 instead of a "
-                "neutral value such as -inf for a max?), or math in a lower precision")
+        hint = _column_or_row_cause(g, e, bad, shape, ok)
+        if hint:
+            return hint
+    return _precision_cause(g, e, bad, shape, dtype)
+
+
+def _column_or_row_cause(g, e, bad, shape, ok) -> str | None:
+    n, cols_n = g.numel(), shape[-1]
+    cols = torch.unique(bad % cols_n)
+    rows = torch.unique(bad // cols_n)
+    rows_n = n // cols_n
+    if cols.numel() < cols_n and rows.numel() >= max(2, min(rows_n, 2 * cols.numel())):
+        where = (f"every row is wrong in the same {cols.numel()} of {cols_n} columns"
+                 if rows.numel() == rows_n else
+                 f"the wrong elements, in {rows.numel()} rows, all lie in {cols.numel()} of "
+                 f"{cols_n} columns")
+        c0 = int(cols[0])
+        if c0 > 0 and int(cols[-1]) == cols_n - 1 and cols.numel() == cols_n - c0:
+            return (f"{where}, the last ones (from column {c0} on): the row's tail (its last "
+                    f"block) is mishandled: mask it by the row length")
+        per_column = [name for name, sh, *_ in _last_call
+                      if len(sh) == 1 and sh[0] == cols_n and cols_n != n]
+        if per_column:
+            names = " or ".join(f"`{p}`" for p in per_column)
+            return (f"{where} (first {c0}): the per-column input {names} (one value per "
+                    f"column) read at the wrong index?")
+        return f"{where} (first {c0}): check the column index arithmetic"
+    if rows.numel() < rows_n and bool(ok.view(-1, cols_n)[rows].logical_not().all()):
+        return (f"{rows.numel()} whole rows are wrong (first {rows[0].item()}): the row index "
+                f"or the row stride")
+    if rows.numel() >= 1:
+        factor = _row_factor(g, e, shape, rows)
+        if factor:
+            return factor
+    return None
+
+
+def _row_factor(g, e, shape, rows) -> str | None:
+    """Each wrong row off by one common factor (g = c_r * e within the row): a row's shared
+    term (sum, max, mean, scale) taken over the wrong elements."""
+    cols_n = shape[-1]
+    G, E = g.view(-1, cols_n)[rows], e.view(-1, cols_n)[rows]
+    big = E.abs() > E.abs().amax(1, keepdim=True) * 1e-3
+    ratio = torch.where(big, G / E.where(big, torch.ones_like(E)), torch.nan)
+    if bool(torch.isnan(ratio).all(1).any()) or cols_n < 4:
+        return None
+    mid = ratio.nanmedian(1).values
+    spread = (ratio - mid[:, None]).abs().nan_to_num(0).amax(1)
+    off = (mid - 1).abs()
+    if bool((spread * 20 < off).all()):
+        k = int(off.argmax())
+        return (f"each wrong row is off by one common factor (row {int(rows[k])}: "
+                f"x{_fmt(float(mid[k]), 4)}): "
+                f"a shared term of the row (its sum, max, mean or scale) taken over the wrong "
+                f"elements (masked lanes loaded as 0 instead of a neutral value such as -inf "
+                f"for a max?)")
+    return None
+
+
+def _precision_cause(g, e, bad, shape, dtype) -> str | None:
+    gb, eb = g[bad], e[bad]
+    rel = (gb - eb).abs() / eb.abs().clamp_min(1e-30)
+    med, mx = rel.median().item(), rel.max().item()
+    if dtype == torch.float64:
+        if bool(_representable(gb, torch.float32).float().mean() > 0.9) and \
+                not bool(_representable(eb, torch.float32).float().mean() > 0.5):
+            return ("the wrong values are all exact float32 numbers: the float64 input was "
+                    "computed in float32 (a .float() or a float32 accumulator/constant)")
+        if med < 64 * _U[torch.float32]:
+            return ("errors of the size of float32 rounding, in float64: computing (or passing "
+                    "a scalar) in float32 instead of float64?")
+        return None
+    if dtype in (torch.float32, torch.float64) or dtype is None:
+        for low in (torch.float16, torch.bfloat16):
+            if bool(_representable(gb, low).float().mean() > 0.9) and \
+                    not bool(_representable(eb, low).float().mean() > 0.5):
+                name = str(low).removeprefix("torch.")
+                return (f"the wrong values are all exact {name} numbers: the result went "
+                        f"through {name} (a {name} load, intermediate or accumulator) before "
+                        f"the {str(dtype).removeprefix('torch.')} store; compute in float32")
+        if _U[torch.float16] / 4 <= med <= 4 * _U[torch.bfloat16] and mx <= 16 * _U[torch.bfloat16]:
+            return (f"errors of the size of 16-bit rounding (median relative error "
+                    f"{_fmt(med, 2)}; fp16 rounds at {_fmt(_U[torch.float16], 2)}, bf16 at "
+                    f"{_fmt(_U[torch.bfloat16], 2)}): accumulating or computing in fp16/bf16 "
+                    f"instead of float32?")
+        return None
+    u = _U.get(dtype)
+    if u is not None and med <= 4 * u and mx <= 32 * u:
+        name = str(dtype).removeprefix("torch.")
+        return (f"errors of a few units of {name}'s rounding (median relative error "
+                f"{_fmt(med, 2)}, {name} rounds at {_fmt(u, 2)}): intermediate results "
+                f"rounded to {name}; compute in float32 and round once, on the store")
     return None
 
 

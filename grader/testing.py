@@ -177,3 +177,63 @@ def compiled_matches(impl, track, device, entry: str, args, *, expected, tol, wr
     names = names or [f"compiled output {i}" for i in range(len(got))]
     for g, e, name in zip(got, expected, names):
         check.assert_close(g, e, tol=tol, dtype=g.dtype, what=name)
+
+
+def views_handled_or_refused(fn, args, names, check_outputs, *, seed: int = 0,
+                             refuse_offset: bool = False) -> None:
+    """Every tensor argument in turn as a strided and as an offset (misaligned) view
+    (grader.strategies.each_view), the others dense: the outputs pass `check_outputs(outs)`
+    (values are the same as `args`', so one expectation serves), or the op refuses a strided
+    view with a message naming that argument. An offset view is dense (x[1:]): .contiguous()
+    returns it unchanged, so it must be handled, not refused (unless `refuse_offset`)."""
+    from grader.strategies import each_view
+    for name, kind, vargs in each_view(args, names, seed=seed):
+        try:
+            outs = check.call_checked(fn, *vargs, names=names)
+        except (RuntimeError, ValueError, TypeError) as e:
+            msg = str(e)
+            if "not implemented yet" in msg:
+                raise
+            if (kind == "strided" or refuse_offset) and check.names_argument(msg, name):
+                continue  # refused, naming the argument: fine
+            if kind == "offset":
+                raise Mismatch(f"`{name}` given as a dense view one element into its memory "
+                               f"(like x[1:]) was refused: {msg.splitlines()[0] if msg else ''}"
+                               f"\n  such a view is contiguous (.contiguous() returns it as it "
+                               f"is): handle it; a 16-byte vector path needs an alignment check "
+                               f"and a scalar fallback") from None
+            raise Mismatch(f"`{name}` given as a strided view raised an error that does not "
+                           f"name `{name}`: {msg.splitlines()[0] if msg else type(e).__name__}"
+                           f"\n  read it through its strides, or refuse it naming `{name}`") \
+                from None
+        try:
+            check_outputs(_as_tuple(outs))
+        except Mismatch as e:
+            raise Mismatch(f"with `{name}` given as a {kind} view:\n{e}") from None
+
+
+def new_contents_same_shapes(fn, args, names, expected_of, check_outputs, *, seed: int) -> None:
+    """The op called twice with the same shapes and dtypes, the floating inputs refilled with new
+    values in between: the second outputs are right for the new values, and the first outputs
+    (an op that caches its result by shape, or keeps state between calls, fails).
+
+    `expected_of(args)` gives the expectation, `check_outputs(outs, expected)` compares.
+    The judge sends fresh copies of the arguments to the submission at each call; whether the
+    submission's own buffers are reused is up to its allocator (see the README's trust table)."""
+    first = _as_tuple(check.call_checked(fn, *args, names=names))
+    want_first = expected_of(args)
+    check_outputs(first, want_first)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel():
+                fresh = torch.randn(a.shape, generator=g, dtype=torch.float64)
+                a.copy_(fresh * a.double().std().clamp_min(0.1).nan_to_num(1.0)
+                        + a.double().mean().nan_to_num(0.0))
+    second = _as_tuple(check.call_checked(fn, *args, names=names))
+    try:
+        check_outputs(second, expected_of(args))
+    except Mismatch as e:
+        raise Mismatch(f"the second call, same shapes, new input values, is wrong (the first was "
+                       f"right): an output or a result kept from the previous call?\n{e}") \
+            from None

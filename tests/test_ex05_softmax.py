@@ -93,3 +93,17 @@ def test_online_softmax_without_the_minus_inf_guard(variant):
     found = failures(tree, "test_rows_of_minus_inf")
     msg = one_failure(found, "test_rows_of_minus_inf")
     assert "exp(-inf - (-inf)) is NaN" in msg and "tl.where" in msg, msg
+
+
+def test_forward_only_passes_the_forward_stage(variant):
+    """A learner who has written only the forward: the forward checks pass, the backward ones
+    say "start the backward" (they used to fail every check that also called the backward)."""
+    tree = variant(EX, "triton", {"softmax.py": [(
+        "def softmax_bwd(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:\n",
+        "def softmax_bwd(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:\n"
+        "    raise NotImplementedError('softmax_bwd: not implemented yet')\n")]})
+    found = failures(tree, "test_awkward_shape or test_forward_matches_reference")
+    assert found, "the backward stub was not noticed"
+    for name, msg in found.items():
+        assert "backward" in name, (name, msg)
+        assert msg.startswith("start the backward: softmax_bwd: not implemented yet"), msg

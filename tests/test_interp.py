@@ -704,3 +704,133 @@ def test_seed_style_01_passes_the_grader(variant, tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-2000:]}"
     assert '"outcome": "passed"' in events.read_text()
+
+
+# out-of-bounds accesses and scalar arguments (their own child: a script run with the
+# interpreter on, each case printing one line) ---------------------------------------------------
+
+_BOUNDS_SCRIPT = r'''
+import os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, sys.argv[1])
+import torch, triton, triton.language as tl
+from grader.interp import install, OutOfBounds
+install()
+
+@triton.jit
+def add(x_ptr, y_ptr, out_ptr, n, B: tl.constexpr, MASK_LOAD: tl.constexpr,
+        MASK_STORE: tl.constexpr):
+    o = tl.program_id(0) * B + tl.arange(0, B)
+    m = o < n
+    if MASK_LOAD:
+        v = tl.load(x_ptr + o, mask=m) + tl.load(y_ptr + o, mask=m)
+    else:
+        v = tl.load(x_ptr + o, mask=m) + tl.load(y_ptr + o)
+    if MASK_STORE:
+        tl.store(out_ptr + o, v, mask=m)
+    else:
+        tl.store(out_ptr + o, v)
+
+@triton.jit
+def wild_masked(x_ptr, out_ptr, n, stride, B: tl.constexpr):
+    o = tl.arange(0, B)
+    m = o < n
+    # masked-off lanes point far outside every tensor (and below it): never touched
+    far = tl.where(m, o * stride, o * 1000003 - 50000000)
+    tl.store(out_ptr + o, tl.load(x_ptr + far, mask=m, other=0.0), mask=m)
+
+@triton.jit
+def scaled(x_ptr, out_ptr, eps, n, B: tl.constexpr):
+    o = tl.arange(0, B)
+    m = o < n
+    x = tl.load(x_ptr + o, mask=m).to(tl.float32)
+    tl.store(out_ptr + o, (x * eps.to(tl.float32)).to(out_ptr.dtype.element_ty), mask=m)
+
+def case(name, fn):
+    try:
+        fn()
+        print(name, "OK")
+    except OutOfBounds as e:
+        print(name, "OOB", str(e).replace("\n", " "))
+    except Exception as e:
+        print(name, "ERR", type(e).__name__, str(e).replace("\n", " ")[:300])
+
+x, y = torch.randn(1000), torch.randn(1000)
+out = torch.empty(1000)
+case("load", lambda: add[(8,)](x, y, out, 1000, B=128, MASK_LOAD=False, MASK_STORE=True))
+case("store", lambda: add[(8,)](x, y, out, 1000, B=128, MASK_LOAD=True, MASK_STORE=False))
+def masked():
+    add[(8,)](x, y, out, 1000, B=128, MASK_LOAD=True, MASK_STORE=True)
+    assert torch.equal(out, x + y)
+case("masked", masked)
+def wild():
+    base = torch.randn(50)
+    view = base[3::3]  # an offset, strided view: its last element is the storage's 48th
+    o = torch.empty(view.numel())
+    wild_masked[(1,)](view, o, view.numel(), view.stride(0), B=32)
+    assert torch.equal(o, view)
+case("wild", wild)
+def scalar():
+    h = torch.randn(7).half()
+    o = torch.empty_like(h)
+    scaled[(1,)](h, o, 1e-3, 7, B=8)
+    assert torch.allclose(o.float(), h.float() * 1e-3, rtol=1e-3, atol=0)
+case("scalar", scalar)
+'''
+
+
+@pytest.fixture(scope="module")
+def bounds(tmp_path_factory):
+    script = tmp_path_factory.mktemp("bounds") / "bounds.py"
+    script.write_text(_BOUNDS_SCRIPT)
+    run = subprocess.run([sys.executable, str(script), str(ROOT)], capture_output=True,
+                         text=True, timeout=300)
+    lines = dict(line.split(" ", 1) for line in run.stdout.splitlines() if " " in line)
+    assert lines, run.stderr[-3000:]
+    return lines
+
+
+def test_unmasked_load_is_named_not_a_crash(bounds):
+    msg = bounds["load"]
+    assert msg.startswith("OOB"), msg
+    assert "tl.load" in msg and "pointer argument `y_ptr`" in msg, msg
+    assert "element offsets 1000..1023" in msg and "1000 elements" in msg, msg
+    assert "outside 0..999" in msg and "mask it" in msg, msg
+
+
+def test_unmasked_store_is_named(bounds):
+    msg = bounds["store"]
+    assert msg.startswith("OOB") and "tl.store" in msg and "`out_ptr`" in msg, msg
+
+
+def test_masked_kernels_are_never_flagged(bounds):
+    """Masked-off lanes may hold any address; an offset, strided view read in place is fine."""
+    assert bounds["masked"] == "OK", bounds["masked"]
+    assert bounds["wild"] == "OK", bounds["wild"]
+
+
+def test_a_float_argument_has_to_as_on_the_gpu(bounds):
+    """`eps.to(tl.float32)` (Liger-Kernel's RMSNorm): compiled Triton passes a typed scalar;
+    the interpreter passed a Python float ('float' object has no attribute 'to')."""
+    assert bounds["scalar"] == "OK", bounds["scalar"]
+
+
+def test_missing_mask_in_01_is_reported_with_the_fix(variant, tmp_path):
+    """The first bug every Triton learner writes, through the grader: named, not a crash."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the grader runs Triton compiled, not on the interpreter")
+    tree = variant("01_vector_add", "triton", {"vector_add.py": [
+        ("x = tl.load(x_ptr + offsets, mask=mask)", "x = tl.load(x_ptr + offsets)")]})
+    events = tmp_path / "events.jsonl"
+    env = {**os.environ, "CI": "1", "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "grader.plugin",
+         str(ROOT / "exercises" / "01_vector_add"),
+         "--tree", str(tree), "--events", str(events), "-k", "test_matches_reference", "-q",
+         "-p", "no:cacheprovider", "--rootdir", str(ROOT)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    text = events.read_text()
+    assert '"outcome": "failed"' in text, f"{run.stdout[-3000:]}\n{run.stderr[-2000:]}"
+    assert "pointer argument `x_ptr`" in text and "mask it" in text, text[-3000:]
+    assert "crashed" not in text, text[-3000:]

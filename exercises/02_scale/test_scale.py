@@ -290,3 +290,30 @@ def test_more_than_2_31_elements(impl, device):
         raise Mismatch(f"n = 2^31 + 7 bf16: {count} elements wrong, the first at index {first}"
                        f"{' (past 2^31)' if first >= 1 << 31 else ''}\n  likely cause: an index "
                        f"held in a 32-bit int (it overflows past 2^31 - 1); use int64_t")
+
+
+# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
+from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+
+
+def test_every_argument_as_a_view(impl, ref, device, assert_close):
+    """Each tensor argument in turn as a strided view and as a view one element into its
+    memory, the others dense: the right values, or a strided view refused naming it. Forward
+    only: no backward is needed."""
+    x = randn(1031, seed=51, dtype=torch.float32, device=device)
+    want = (lambda a: (ref.reference(a[0].double(), a[1]),))((x, 1.7))
+
+    def compare(outs):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _views(impl.scale, (x, 1.7), ("x", "a"), compare, seed=51)
+
+
+def test_new_contents_same_shapes(impl, ref, device, assert_close):
+    """Called twice with inputs of the same shapes, new values the second time: both right."""
+    x = randn(1031, seed=61, dtype=torch.float32, device=device)
+
+    def compare(outs, want):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _twice(impl.scale, (x, 1.7), ("x", "a"), lambda a: (ref.reference(a[0].double(), a[1]),), compare, seed=71)

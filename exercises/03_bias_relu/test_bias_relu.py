@@ -404,3 +404,32 @@ def test_more_than_2_31_elements(impl, ref, tolerance, assert_close):
     tol = {"atol": base["atol"] + 4 * u * math.sqrt(M) * sq.sqrt().max().item(),
            "rtol": base["rtol"]}
     compare(bias.grad, gb64, tol=tol, dtype=dtype, what="grad of bias over 2^19 + 1 rows")
+
+
+# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
+from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+
+
+def test_every_argument_as_a_view(impl, ref, device, assert_close):
+    """Each tensor argument in turn as a strided view and as a view one element into its
+    memory, the others dense: the right values, or a strided view refused naming it. Forward
+    only: no backward is needed."""
+    x = randn((7, 131), seed=51, dtype=torch.float32, device=device)
+    bias = randn(131, seed=51 + 1, dtype=torch.float32, device=device)
+    want = (lambda a: (ref.reference(a[0].double(), a[1].double(), a[2]),))((x, bias, 0.7))
+
+    def compare(outs):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _views(impl.bias_relu, (x, bias, 0.7), ("x", "bias", "scale"), compare, seed=51)
+
+
+def test_new_contents_same_shapes(impl, ref, device, assert_close):
+    """Called twice with inputs of the same shapes, new values the second time: both right."""
+    x = randn((7, 131), seed=61, dtype=torch.float32, device=device)
+    bias = randn(131, seed=61 + 1, dtype=torch.float32, device=device)
+
+    def compare(outs, want):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _twice(impl.bias_relu, (x, bias, 0.7), ("x", "bias", "scale"), lambda a: (ref.reference(a[0].double(), a[1].double(), a[2]),), compare, seed=71)

@@ -25,9 +25,24 @@ LONG_ROWS = ("\n  rows longer than one block: loop over the row in blocks. The o
 
 
 def _grads(fn, x, dy):
-    """(y, dx) of fn(x) for the incoming gradient dy."""
-    (y,), (dx,) = value_and_grads(fn, x, wrt=(0,), dy=dy)
+    """(y, dx) of fn(x) for the incoming gradient dy. The forward runs first, alone: a learner
+    who has written only the forward is told that about the backward, not about the forward."""
+    fn(x)
+    try:
+        (y,), (dx,) = value_and_grads(fn, x, wrt=(0,), dy=dy)
+    except NotImplementedError as e:
+        if "bwd" not in str(e):
+            raise
+        raise NotImplementedError(f"start the backward: {e} (the forward ran; this check also "
+                                  f"needs dx)") from None
     return y, dx
+
+
+def _forward_only(impl, ref, exercise, x, dtype, **ctx):
+    """y alone, no graph: the forward stage of a check that also has a backward stage."""
+    check.assert_close(call_checked(impl.softmax, x, names=("x",)), ref.reference(x.double()),
+                       tol=exercise.tolerance[str(dtype).removeprefix("torch.")], dtype=dtype,
+                       what="y", **ctx)
 
 
 def _expected(ref, x, dy):
@@ -54,9 +69,16 @@ def _check_both(exercise, dy, got, want, dtype, **ctx):
         check.assert_close(got[1], want[1], tol=_dx_tol(exercise, dtype, want[0], dy),
                            dtype=dtype, what="dx (= y * (dy - sum(dy * y)))", **ctx)
     except Mismatch as e:
-        raise Mismatch(f"{e}\n  y is right but dx is not: the backward needs the forward's "
-                       f"output y (ctx.save_for_backward(y)), not x, and the dot sum(dy * y) over "
-                       f"the whole row, in float32") from None
+        y = got[0]
+        if y.dim() >= 2 and y.numel() > 1 and not y.is_contiguous():
+            why = (f"the forward returned y with strides {y.stride()} (not row-major): a "
+                   f"backward that reads the saved y as row-major reads the wrong elements; "
+                   f"index it with its own strides, or make it row-major")
+        else:
+            why = ("dx = y * (dy - sum(dy * y)) needs the forward's output y "
+                   "(ctx.save_for_backward(y)) and the dot sum(dy * y) over the whole row, in "
+                   "float32")
+        raise Mismatch(f"{e}\n  y is right but dx is not: {why}") from None
 
 
 # --- values and gradients ----------------------------------------------------------------------
@@ -78,11 +100,14 @@ def test_backward_matches_reference(impl, ref, exercise, device, data, dtype, se
                 shape=shape, scale=scale, seed=seed)
 
 
+@pytest.mark.parametrize("stage", ["forward", "backward"])
 @pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
-def test_awkward_shape(impl, ref, exercise, device, assert_close, dtype):
+def test_awkward_shape(impl, ref, exercise, device, assert_close, dtype, stage):
     """The Triton tutorial's awkward shape (781 columns: not a power of two), fixed seeds."""
     shape = (1823, 781) if device == "cuda" else (9, 781)
     x = randn(shape, seed=5, dtype=dtype, device=device, scale=2.0)
+    if stage == "forward":
+        return _forward_only(impl, ref, exercise, x, dtype, shape=shape)
     dy = randn(shape, seed=6, dtype=dtype, device=device)
     _check_both(exercise, dy, _grads(impl.softmax, x, dy), _expected(ref, x, dy), dtype,
                 shape=shape)
@@ -96,14 +121,16 @@ def test_float32_accuracy(impl, ref, exercise, device, assert_close, n):
         assert_close(impl.softmax(x), ref.reference(x.double()), dtype=torch.float32, what="y",
                      N=n)
     except Mismatch as e:
-        raise Mismatch(f"{e}\n  relative errors of ~1e-4 to 1e-2 are what 16-bit arithmetic gives "
-                       f"(11 significant bits in float16, 8 in bfloat16): convert loads to "
-                       f"float32 and compute exp and the sum in float32, for every input dtype") \
-            from None
+        if "16-bit" not in str(e) and "float16 numbers" not in str(e) \
+                and "bfloat16 numbers" not in str(e):
+            raise
+        raise Mismatch(f"{e}\n  convert loads to float32 and compute exp and the sum in "
+                       f"float32, for every input dtype") from None
 
 
+@pytest.mark.parametrize("stage", ["forward", "backward"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_rows_longer_than_a_block(impl, ref, exercise, device, assert_close, dtype):
+def test_rows_longer_than_a_block(impl, ref, exercise, device, assert_close, dtype, stage):
     """Rows of 16K-128K elements: more than one block holds (the online softmax)."""
     cases = ([(2, 16384), (1, 65536), (1, 131075)] if device == "cpu" else
              [(37, 16384), (5, 32769), (33, 65536), (9, 131072), (5, 131075)])
@@ -111,6 +138,9 @@ def test_rows_longer_than_a_block(impl, ref, exercise, device, assert_close, dty
         x = randn(shape, seed=100 + i, dtype=dtype, device=device, scale=3.0)
         dy = randn(shape, seed=200 + i, dtype=dtype, device=device)
         try:
+            if stage == "forward":
+                _forward_only(impl, ref, exercise, x, dtype, shape=shape)
+                continue
             _check_both(exercise, dy, _grads(impl.softmax, x, dy), _expected(ref, x, dy), dtype,
                         shape=shape)
         except Mismatch as e:
@@ -269,3 +299,30 @@ def test_strided_dy(impl, ref, exercise, device, assert_close):
 def test_refuses_integer_x(impl, device):
     impl.softmax(randn((2, 8), seed=1, dtype=torch.float32, device=device))  # a stub fails here
     expect_refusal(impl.softmax, torch.arange(16, device=device).view(2, 8), argument="x")
+
+
+# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
+from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+
+
+def test_every_argument_as_a_view(impl, ref, device, assert_close):
+    """Each tensor argument in turn as a strided view and as a view one element into its
+    memory, the others dense: the right values, or a strided view refused naming it. Forward
+    only: no backward is needed."""
+    x = randn((7, 131), seed=51, dtype=torch.float32, device=device, scale=2.0)
+    want = (lambda a: (ref.reference(a[0].double()),))((x,))
+
+    def compare(outs):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _views(impl.softmax, (x,), ("x",), compare, seed=51)
+
+
+def test_new_contents_same_shapes(impl, ref, device, assert_close):
+    """Called twice with inputs of the same shapes, new values the second time: both right."""
+    x = randn((7, 131), seed=61, dtype=torch.float32, device=device, scale=2.0)
+
+    def compare(outs, want):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _twice(impl.softmax, (x,), ("x",), lambda a: (ref.reference(a[0].double()),), compare, seed=71)

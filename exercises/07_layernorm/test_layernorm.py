@@ -316,3 +316,34 @@ def test_torch_compile_without_graph_breaks(impl, ref, track, device):
                      tol={"atol": 1e-4, "rtol": 1e-4}, wrap="block", wrt=wrt, dy=dy,
                      names=["compiled output", "x.grad", "w_in.grad", "w_ln.grad (dw)",
                             "b_ln.grad (db)", "w_out.grad"])
+
+
+# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
+from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+
+
+def test_every_argument_as_a_view(impl, ref, device, assert_close):
+    """Each tensor argument in turn as a strided view and as a view one element into its
+    memory, the others dense: the right values, or a strided view refused naming it. Forward
+    only: no backward is needed."""
+    x = randn((7, 131), seed=51, dtype=torch.float32, device=device)
+    w = randn(131, seed=51 + 1, dtype=torch.float32, device=device, scale=0.1, offset=1.0)
+    b = randn(131, seed=51 + 2, dtype=torch.float32, device=device, scale=0.1)
+    want = (lambda a: (ref.reference(a[0].double(), a[1].double(), a[2].double(), a[3]),))((x, w, b, EPS))
+
+    def compare(outs):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _views(impl.layernorm, (x, w, b, EPS), ("x", "w", "b", "eps"), compare, seed=51)
+
+
+def test_new_contents_same_shapes(impl, ref, device, assert_close):
+    """Called twice with inputs of the same shapes, new values the second time: both right."""
+    x = randn((7, 131), seed=61, dtype=torch.float32, device=device)
+    w = randn(131, seed=61 + 1, dtype=torch.float32, device=device, scale=0.1, offset=1.0)
+    b = randn(131, seed=61 + 2, dtype=torch.float32, device=device, scale=0.1)
+
+    def compare(outs, want):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _twice(impl.layernorm, (x, w, b, EPS), ("x", "w", "b", "eps"), lambda a: (ref.reference(a[0].double(), a[1].double(), a[2].double(), a[3]),), compare, seed=71)

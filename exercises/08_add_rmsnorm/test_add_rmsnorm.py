@@ -393,3 +393,34 @@ def test_torch_compile_in_place_form(impl, ref, track, device):
         raise Mismatch(f"{e}\n  the compiled model lost the in-place write: declare it "
                        f"(mutates_args=(\"residual\",)) so functionalization copies h back "
                        f"into the caller's residual") from None
+
+
+# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
+from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+
+
+def test_every_argument_as_a_view(impl, ref, device, assert_close):
+    """Each tensor argument in turn as a strided view and as a view one element into its
+    memory, the others dense: the right values, or a strided view refused naming it. Forward
+    only: no backward is needed."""
+    x = randn((7, 131), seed=51, dtype=torch.float32, device=device)
+    residual = randn((7, 131), seed=51 + 1, dtype=torch.float32, device=device)
+    w = randn(131, seed=51 + 2, dtype=torch.float32, device=device, scale=0.1, offset=1.0)
+    want = (lambda a: tuple(ref.reference(a[0].double(), a[1].double(), a[2].double(), a[3])))((x, residual, w, EPS))
+
+    def compare(outs):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _views(impl.add_rmsnorm, (x, residual, w, EPS), ("x", "residual", "w", "eps"), compare, seed=51)
+
+
+def test_new_contents_same_shapes(impl, ref, device, assert_close):
+    """Called twice with inputs of the same shapes, new values the second time: both right."""
+    x = randn((7, 131), seed=61, dtype=torch.float32, device=device)
+    residual = randn((7, 131), seed=61 + 1, dtype=torch.float32, device=device)
+    w = randn(131, seed=61 + 2, dtype=torch.float32, device=device, scale=0.1, offset=1.0)
+
+    def compare(outs, want):
+        for got, w in zip(outs, want):
+            assert_close(got, w, dtype=torch.float32)
+    _twice(impl.add_rmsnorm, (x, residual, w, EPS), ("x", "residual", "w", "eps"), lambda a: tuple(ref.reference(a[0].double(), a[1].double(), a[2].double(), a[3])), compare, seed=71)
