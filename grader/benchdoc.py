@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from grader.discover import ROOT
+from grader.paths import ROOT
 from grader.timing import CEILINGS
 
 DOC = ROOT / "docs" / "performance.md"

@@ -12,7 +12,7 @@ import pytest
 
 from grader.benchdoc import graded_figures, read_sections, render, repeatability_markdown, \
     write_section
-from grader.discover import ROOT
+from grader.paths import ROOT
 
 BENCH = ROOT / "benchmarks"
 SCRIPTS = sorted(p for p in BENCH.iterdir() if p.suffix in (".py", ".sh"))

@@ -7,7 +7,7 @@ machine, where the track's CPU path would pass anyway).
 import pytest
 
 from grader.discover import discover
-from grader.isolate import run_track
+from grader.grade import grade_track
 
 EX04 = discover(only="04")[0]
 EX, TRACK, KERNELS = "04_reduce_sum", "cuda", "reduce_sum_kernels.cu"
@@ -25,7 +25,7 @@ def _fewer_examples(monkeypatch):
 
 
 def grade(tree):
-    return run_track(tree, EX04, EX04.tracks[TRACK])
+    return grade_track(tree, EX04, EX04.tracks[TRACK])
 
 
 def failed(result):

@@ -94,8 +94,8 @@ def test_one_pass_variance_cuda(variant):
 
 BF16_SUMS_CU = [
     ("          aw.v[j] += d * xh;\n          ab.v[j] += d;\n",
-     "          aw.v[j] = to_math(from_math<T>(aw.v[j] + d * xh));  // running sums in T\n"
-     "          ab.v[j] = to_math(from_math<T>(ab.v[j] + d));\n")]
+     "          aw.v[j] = to_acc(from_acc<T>(aw.v[j] + d * xh));  // running sums in T\n"
+     "          ab.v[j] = to_acc(from_acc<T>(ab.v[j] + d));\n")]
 
 
 @pytest.mark.gpu

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from grader.discover import ROOT
+from grader.paths import ROOT
 from grader.results import read_events
 
 from conftest import HAS_GPU

@@ -127,9 +127,9 @@ CUDA_DIVIDE_BY_ZERO = {KERNELS: [("const bool nonzero = amax > 0.f;",
 CUDA_SHARED_RACE = {KERNELS: [
     ("__shared__ float2 red[32];  // block_sum_max's (sum, max) per warp: nothing else here",
      "__shared__ float2 red[32 + 4096];  // the seed: the row's values \"reuse shared mem\" too"),
-    ("        mx = fmaxf(mx, fabsf(v[k][j]));\n",
-     "        mx = fmaxf(mx, fabsf(v[k][j]));\n"
-     "        reinterpret_cast<float*>(red)[c + j] = v[k][j];\n"),
+    ("      mx = fmaxf(mx, fabsf(v[k][j]));\n",
+     "      mx = fmaxf(mx, fabsf(v[k][j]));\n"
+     "      reinterpret_cast<float*>(red)[(k * tpr + tid) * VEC + j] = v[k][j];\n"),
     ("qv.v[j] = quantize(v[k][j] * rstd, s.inv);",
      "qv.v[j] = quantize(reinterpret_cast<float*>(red)[c + j] * rstd, s.inv);"),
     ("if (vec_ok && course::ceil_div(N, V * kVecsPerThread) <= kMaxThreads)",

@@ -7,7 +7,7 @@ step with it. They break the CUDA kernels, so they need a GPU (the CPU path is n
 import pytest
 
 from grader.discover import discover
-from grader.isolate import run_track
+from grader.grade import grade_track
 
 EX11 = discover(only="11")[0]
 KERNELS = "linear_relu_kernels.cu"
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 
 
 def grade(tree):
-    return run_track(tree, EX11, EX11.tracks["cuda"])
+    return grade_track(tree, EX11, EX11.tracks["cuda"])
 
 
 def failures(result):

@@ -684,7 +684,7 @@ def test_seed_style_softmax(got):
 def test_seed_style_01_passes_the_grader(variant, tmp_path):
     """The grader itself, on this machine: exercise 01's solution with its casts removed
     (`tl.store(out_ptr + offsets, x + y)`) passes the value checks, bf16 included. Through the
-    judge and the submission's process (grader.runner calls grader.interp.install()). CI=1: the
+    judge and the submission's process (grader.submission calls grader.interp.install()). CI=1: the
     same derandomized examples every run, bf16 among them (without the shim this check fails
     with 1e38s where 2.2 is expected)."""
     if torch.cuda.is_available():

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.discover import ROOT, discover
+from grader.discover import discover
+from grader.paths import ROOT
 from grader.review import Finding, review_track
 
 TRACKS = [(tree, ex, track) for tree in ("solutions", "starter") for ex in discover()
