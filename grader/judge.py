@@ -112,6 +112,8 @@ def _with_submission(args, exercise, track, record, early) -> None:
                 time.sleep(0.01)
             record(event="gate")
         grade_performance(exercise, track, session, record, prepared)
+        if session.attempts:  # the repository written, or the evidence redirected, while timed
+            record(event="tampering", paths=session.attempts)
         session.close()
         return
     select = current().select  # a pytest -k expression: the project's own tests

@@ -312,6 +312,37 @@ class _RemoteFunction(torch.autograd.Function):
         return (None,) * 7 + tuple(grads)
 
 
+class _Entry:
+    """An entry point of the submission: a call crosses to its process (remote_call); `twice`
+    calls it twice there on the same buffers."""
+
+    def __init__(self, session, name, names):
+        self.session, self.name, self.names = session, name, names
+
+    def __call__(self, *args, **kwargs):
+        return remote_call(self.session, ("entry", self.name), args, kwargs,
+                           what=f"{self.name}()", names=self.names)
+
+    def twice(self, args, refill):
+        """(first outputs, second outputs): the op on `args`, then on the same tensors in the
+        submission's process with `refill`'s values written into them."""
+        note_call(args, self.names)
+        sent, _ = _send_args(args)
+        again, _ = _send_args(refill)
+        if any(isinstance(t, torch.Tensor) and t.is_cuda for t in seam.tensors_in(sent)):
+            torch.cuda.synchronize()
+        reply = self.session.request("twice", target=("entry", self.name), args=sent,
+                                     refill=again)
+        if not reply.get("ok"):
+            raise_remote(reply.get("error") or {})
+        for k, ev in enumerate(reply["observed"]):
+            self.session.judge(ev, f"{self.name}() ({'first' if k == 0 else 'second'} of two "
+                                   f"calls on the same buffers)")
+        self.session.ok_calls += 1
+        outs = [tuple(_receive(o) for o in call) for call in reply["outs"]]
+        return tuple(o[0] if reply.get("single") else o for o in outs)
+
+
 class RemoteImpl:
     """What the checks call: the track's entry points, plus op / opcheck / compiled (see
     grader.loader.Impl: the same interface, in the submission's process)."""
@@ -325,8 +356,23 @@ class RemoteImpl:
             raise AttributeError(name)
         session = self._session
         names = ((getattr(session, "loaded", None) or {}).get("params") or {}).get(name)
-        return lambda *a, **kw: remote_call(session, ("entry", name), a, kw, what=f"{name}()",
-                                            names=names)
+        return _Entry(session, name, names)
+
+    def footprint(self) -> int | None:
+        """Bytes of GPU memory the submission's process holds, as the driver counts them (NVML,
+        read here: nothing that process runs can change the figure), after it gave its cached
+        blocks back. None where NVML cannot say (no GPU, no pynvml, no per-process figures)."""
+        reply = self._session.request("footprint")
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if p.pid == reply.get("pid") and p.usedGpuMemory is not None:
+                    return int(p.usedGpuMemory)
+        except Exception:
+            return None
+        return None
 
     def __repr__(self) -> str:
         s = self._session

@@ -97,6 +97,14 @@ class SubmissionServer:
         # ~5 s on the GPU machines) in a process that never compiles anything.
         self._profile = torch.autograd.profiler.profile
         self._record = torch.autograd.profiler.record_function
+        try:  # every thread's ATen ops, not only the calling thread's (a second Python thread
+            #   doing the op's work with PyTorch must show); older torch: the calling thread
+            from torch._C._profiler import _ExperimentalConfig
+            self._all_threads = _ExperimentalConfig(profile_all_threads=True)
+        except (ImportError, TypeError):
+            self._all_threads = None
+        self._watched = _watched(torch)  # what the evidence rests on, as it was before the
+        #                                  submission's code ran (checked after every request)
         self._marker = torch.zeros(1, device="cuda") if self.gpu else None
         self._wrap_triton()
 
@@ -156,7 +164,7 @@ class SubmissionServer:
                 if isinstance(e, (KeyboardInterrupt, SystemExit)):
                     raise
                 reply = {"ok": False, "error": self._error(e)}
-            reply["attempts"] = list(self.attempts.seen)
+            reply["attempts"] = list(self.attempts.seen) + _redirected(self._watched, self)
             try:
                 send(self.conn, reply)
             except Exception as e:  # e.g. an output that cannot be shared: say so, stay up
@@ -255,6 +263,38 @@ class SubmissionServer:
             reply["graph"] = gid
         return reply
 
+    def do_twice(self, target, args, refill) -> dict:
+        """Two calls on the same buffers: the op on `args`, then `refill`'s values written into
+        those same tensors, and the op again (a result cached by pointer, or state kept between
+        calls, shows in the second). Both calls' outputs (the first copied before the second
+        call) and both calls' evidence."""
+        torch = self.torch
+        fn = self._target(target)
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        work = bool(tensors) and all(a.numel() for a in tensors)
+        on_gpu = any(a.is_cuda for a in tensors)
+        observed, outs = [], []
+        for k in range(2):
+            if k:
+                with torch.no_grad():
+                    for a, r in zip(tensors, [r for r in refill if isinstance(r, torch.Tensor)]):
+                        a.copy_(r)
+            ev, out = self._observed(lambda: fn(*args), True, work, on_gpu)
+            got = out if isinstance(out, (tuple, list)) else (out,)
+            outs.append(tuple(o.detach().clone() if isinstance(o, torch.Tensor) else None
+                              for o in got))
+            observed.append(ev)
+        return {"outs": outs, "observed": observed,
+                "single": not isinstance(out, (tuple, list))}
+
+    def do_footprint(self) -> dict:
+        """Give cached blocks back to the driver (what the judge then reads through NVML is what
+        this process holds alive), and say which process to read."""
+        if self.gpu:
+            self.torch.cuda.synchronize()
+            self.torch.cuda.empty_cache()
+        return {"pid": os.getpid()}
+
     def do_backward(self, graph, grads) -> dict:
         torch = self.torch
         if graph not in self.graphs:
@@ -329,8 +369,10 @@ class SubmissionServer:
         make_step(fn, w_args, mode, grad_args, w_dy)()
         steps = [make_step(fn, args, mode, grad_args, dys[k] if dys else None)
                  for k, args in enumerate(sets)]
-        # (graph, its static outputs) per set; or the eager step
-        self.staged = [capture(run) for run in steps] if graphs else steps
+        # (graph, its static outputs, the step) per set; or the eager step. The step stays
+        # referenced: it holds the set's tensors, memory the judge shared with this process,
+        # which is unmapped here when the last reference goes (the graph reads it at replay)
+        self.staged = [capture(run) + (run,) for run in steps] if graphs else steps
         self.graphs_staged, self.results = graphs, None
         torch.cuda.synchronize()
         return {}
@@ -339,7 +381,7 @@ class SubmissionServer:
         """Back-to-back replays (or calls), one per staged input set; answer when the stream is
         done. The judge times this request with its own clock."""
         if self.graphs_staged:
-            for graph, _ in self.staged:
+            for graph, _, _ in self.staged:
                 graph.replay()
         else:
             self.results = [run() for run in self.staged]
@@ -348,7 +390,7 @@ class SubmissionServer:
 
     def do_collect(self) -> dict:
         """Each set's outputs: a graph's static outputs after its replay, or the calls'."""
-        outs = ([o for _, o in self.staged] if self.graphs_staged else self.results)
+        outs = ([o for _, o, _ in self.staged] if self.graphs_staged else self.results)
         self.staged = self.results = None
         return {"outs": outs}
 
@@ -378,7 +420,7 @@ class SubmissionServer:
         self.observing = True
         try:
             with self._profile(use_cpu=True, use_device="cuda" if self.gpu else None,
-                               use_kineto=True) as prof:
+                               use_kineto=True, experimental_config=self._all_threads) as prof:
                 if self.gpu:
                     with self._record("grader::marker"):
                         self._marker.zero_()  # a kernel on the caller's current stream
@@ -392,6 +434,48 @@ class SubmissionServer:
         # track's C++ CPU path on a GPU machine launches none, rightly)
         observed.update(triton=self.triton_launches - launches, gpu=on_gpu, work=work)
         return observed, out
+
+
+def _watched(torch) -> dict:
+    """The functions the judge's evidence and figures rest on, bound before any submission code
+    runs: name -> (where to look it up now, the original object, its code object). The server
+    calls them through these names; a submission that replaces one (three lines of Python that
+    rewrite what this process reports) is seen by `_redirected` and reported as tampering. What
+    a patch can still do is in the README's trust table (grader.review flags the rest)."""
+    import importlib
+    watched = {}
+    for path in ("torch.library.opcheck", "torch.autograd.profiler.profile",
+                 "torch.autograd.profiler.record_function", "torch.profiler.profile",
+                 "torch.autograd.grad", "torch.cuda.synchronize", "torch.cuda.graph",
+                 "torch.cuda.CUDAGraph", "triton.testing.do_bench", "grader.evidence.analyse",
+                 "grader.timing.time_step", "grader.timing.time_fn", "grader.timing.capture",
+                 "grader.timing.make_step", "grader.timing.host_ms", "grader.trust.delegation",
+                 "grader.loader.Impl.opcheck", "grader.loader.Impl.compiled"):
+        module, _, name = path.rpartition(".")
+        try:
+            owner = importlib.import_module(module) if module != "grader.loader.Impl" else \
+                importlib.import_module("grader.loader").Impl
+        except ImportError:
+            continue
+        obj = getattr(owner, name, None)
+        watched[path] = (owner, name, obj, getattr(obj, "__code__", None))
+    for name, fn in vars(SubmissionServer).items():
+        if callable(fn):
+            watched[f"SubmissionServer.{name}"] = (SubmissionServer, name, fn, fn.__code__)
+    return watched
+
+
+def _redirected(watched: dict, server) -> list[str]:
+    """What was replaced since `_watched` (an attribute set to another object, or a function's
+    code swapped), and the server's own methods shadowed on the instance."""
+    found = []
+    for path, (owner, name, obj, code) in watched.items():
+        now = getattr(owner, name, None)
+        if now is not obj or (code is not None and getattr(now, "__code__", None) is not code):
+            found.append(f"replaced {path}, which the grader's evidence rests on")
+    found += [f"replaced SubmissionServer.{k} on the server itself" for k in vars(server)
+              if k.startswith("do_") or k in ("serve", "_observed", "_error")]
+    return found[:10]
 
 
 def main(argv=None) -> int:

@@ -218,22 +218,65 @@ def new_contents_same_shapes(fn, args, names, expected_of, check_outputs, *, see
     (an op that caches its result by shape, or keeps state between calls, fails).
 
     `expected_of(args)` gives the expectation, `check_outputs(outs, expected)` compares.
-    The judge sends fresh copies of the arguments to the submission at each call; whether the
-    submission's own buffers are reused is up to its allocator (see the README's trust table)."""
-    first = _as_tuple(check.call_checked(fn, *args, names=names))
-    want_first = expected_of(args)
-    check_outputs(first, want_first)
+    For the submission's entry points both calls run in its process on the same tensors (the
+    second after the new values were written into them: grader.proxy._Entry.twice), so a result
+    cached by pointer is caught too."""
     g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for a in args:
-            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel():
-                fresh = torch.randn(a.shape, generator=g, dtype=torch.float64)
-                a.copy_(fresh * a.double().std().clamp_min(0.1).nan_to_num(1.0)
-                        + a.double().mean().nan_to_num(0.0))
-    second = _as_tuple(check.call_checked(fn, *args, names=names))
+    refill = []
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel():
+            fresh = torch.randn(a.shape, generator=g, dtype=torch.float64)
+            scale = a.double().std().clamp_min(0.1).nan_to_num(1.0).item()
+            refill.append(torch.empty_like(a).copy_(fresh * scale +
+                                                    a.double().mean().nan_to_num(0.0).item()))
+        else:
+            refill.append(a.clone() if isinstance(a, torch.Tensor) else a)
+    if hasattr(fn, "twice"):  # the submission's entry: both calls on the same buffers there
+        first, second = (_as_tuple(o) for o in fn.twice(args, refill))
+        check_outputs(first, expected_of(args))
+        with torch.no_grad():
+            for a, r in zip(args, refill):
+                if isinstance(a, torch.Tensor):
+                    a.copy_(r)
+    else:
+        first = _as_tuple(check.call_checked(fn, *args, names=names))
+        check_outputs(first, expected_of(args))
+        with torch.no_grad():
+            for a, r in zip(args, refill):
+                if isinstance(a, torch.Tensor):
+                    a.copy_(r)
+        second = _as_tuple(check.call_checked(fn, *args, names=names))
     try:
         check_outputs(second, expected_of(args))
     except Mismatch as e:
         raise Mismatch(f"the second call, same shapes, new input values, is wrong (the first was "
                        f"right): an output or a result kept from the previous call?\n{e}") \
             from None
+
+
+def kept_per_call(impl, forward, *, forbidden: int, allowed: int, what: str, fix: str) -> list:
+    """What the op keeps alive between its forward and its backward, per call, measured where
+    the submission's process cannot change the figure nor hide it in a cache.
+
+    The figure is the process's GPU memory as the driver counts it (NVML, read by the judge:
+    `impl.footprint()`), after the process gave its cached blocks back, before and after K
+    forwards whose graphs all stay alive (`forward(k)` runs the k-th, on fresh inputs, and
+    returns what keeps its graph alive: its output). A submission that reserved memory first,
+    to keep what it must not in it, cannot hide K of them there: K is chosen so that K times
+    `forbidden` (the bytes of one thing it must not keep, e.g. a mask) is twice the whole
+    footprint before the calls, so at least half of them must be new memory. Fails when the
+    growth per call is over `allowed` + `forbidden` / 2. Returns the outputs (their graphs are
+    still alive: the caller may run each backward and validate it)."""
+    before = impl.footprint()
+    if before is None:
+        pytest.skip("needs a GPU with NVML's per-process memory figures (pynvml)")
+    k = max(8, math.ceil(2 * before / forbidden))
+    live = [forward(i) for i in range(k)]
+    grown = impl.footprint() - before
+    per_call = grown / k
+    if per_call > allowed + forbidden / 2:
+        raise Mismatch(f"each forward keeps {per_call / 2**20:.1f} MiB alive until its backward "
+                       f"({k} forwards kept alive, the process's GPU memory as the driver counts "
+                       f"it grew by {grown / 2**20:.0f} MiB; allowed {allowed / 2**20:.1f} MiB a "
+                       f"call): that is {what} ({forbidden / 2**20:.1f} MiB each). {fix}")
+    return live
