@@ -49,6 +49,9 @@ class TrackResult:
     tampering: list = field(default_factory=list)  # repository files the submission changed
                                                    # or tried to write
     sanitizer: dict | None = None  # SANITIZE=tool: {"tool", "findings" or "unavailable"}
+    review: list = field(default_factory=list)  # findings a person should look at ("file.py:12:
+                                                # sets an attribute of torch.library"): no points
+                                                # taken, the track flagged "needs review"
 
     def count(self, category: str, outcome: str) -> int:
         return sum(c.category == category and c.outcome == outcome for c in self.checks)
