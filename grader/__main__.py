@@ -4,6 +4,8 @@
                            [--json results.json] [--junit junit.xml] [--no-bench]
                            [--build jit|aot] [--repro CHECK@EXAMPLE]
     python -m grader batch SUBMISSIONS_DIR --out DIR [--exercise 01] [--no-bench] [--force]
+                           [--slurm [--partition P] [--gpus-per-task 1] [--max-parallel N]]
+    python -m grader batch --collect DIR
     python -m grader bench [--exercise 06] [--impl solutions] [--out results/bench]
     python -m grader list
 """
@@ -63,7 +65,8 @@ def _exercises(which: str | None):
 
 def cmd_grade(args) -> int:
     from concurrent.futures import ThreadPoolExecutor, as_completed
-    from grader.report import feedback, gradescope, junit, scorecard, write_json
+    from grader.gradescope import gradescope, junit, write_json
+    from grader.report import feedback, scorecard
     from grader.score import score
 
     exercises = _exercises(args.exercise)
@@ -146,7 +149,8 @@ def cmd_grade(args) -> int:
               f"points above are not a score (run without REPRO for that)")
     if args.json:
         path = Path(args.json)
-        write_json(path, gradescope(rows, seconds=time.perf_counter() - start, summary=table))
+        write_json(path, gradescope(rows, seconds=time.perf_counter() - start, summary=table,
+                                    visibility=args.visibility))
         print(f"\nresults.json (Gradescope format): {path}")
     if args.junit:
         path = Path(args.junit)
@@ -310,6 +314,20 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _visibility(text: str) -> str:
+    from grader.gradescope import visibility_arg
+    try:
+        return visibility_arg(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+VISIBILITY = dict(action="append", type=_visibility, default=[], metavar="KIND=WHEN",
+                  help="Gradescope visibility, e.g. property=after_due_date (KIND: all, property, "
+                       "checks, gradcheck, performance, stdout; WHEN: visible, hidden, "
+                       "after_due_date, after_published); repeatable")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader")
     sub = p.add_subparsers(dest="command", required=True)
@@ -329,13 +347,14 @@ def main(argv=None) -> int:
     grade.add_argument("--build", choices=["jit", "aot"], default=None,
                        help="jit: torch.utils.cpp_extension.load (default); aot: a setup.py "
                             "build into .cache/aot/, loaded as a shipped binary")
+    grade.add_argument("--visibility", **VISIBILITY)
     grade.add_argument("--repro", metavar="CHECK@EXAMPLE",
                        help="run one failing check on its failing example again (the scorecard "
                             "prints the command); needs --exercise")
     batch = sub.add_parser("batch", help="grade every submission in a folder (a class)")
-    batch.add_argument("submissions", help="a folder of submissions: trees shaped like "
-                                           "starter/, or .zip files of one")
-    batch.add_argument("--out", required=True, help="per submission results.json and "
+    batch.add_argument("submissions", nargs="?", help="a folder of submissions: trees shaped "
+                                                      "like starter/, or .zip files of one")
+    batch.add_argument("--out", help="per submission results.json and "
                                                    "junit.xml, and summary.csv")
     batch.add_argument("--exercise", help="one exercise, by number (01) or folder name")
     batch.add_argument("--no-bench", action="store_true", help="skip the performance step")
@@ -345,6 +364,20 @@ def main(argv=None) -> int:
                        help="submissions graded at once (default: one per GPU; one without)")
     batch.add_argument("--build", choices=["jit", "aot"], default=None,
                        help="passed on to each submission's grade")
+    batch.add_argument("--visibility", **VISIBILITY)
+    batch.add_argument("--slurm", action="store_true",
+                       help="submit one Slurm job array (sbatch) grading shards of the class")
+    batch.add_argument("--partition", help="with --slurm: sbatch --partition")
+    batch.add_argument("--gpus-per-task", type=int, default=1,
+                       help="with --slurm: GPUs per array task (default 1; 0: CPU checks only)")
+    batch.add_argument("--max-parallel", type=int, default=0,
+                       help="with --slurm: array tasks running at once (sbatch --array=0-K%%N)")
+    batch.add_argument("--tasks", type=int, default=0,
+                       help="with --slurm: array tasks (shards; default one per submission, at "
+                            "most 256)")
+    batch.add_argument("--collect", metavar="OUT",
+                       help="merge OUT's per-submission results into summary.csv and index.html "
+                            "(also while Slurm tasks still run)")
     sub.choices["bench"].add_argument("--out", default=str(ROOT / "results" / "bench"))
     sub.choices["bench"].add_argument("--repeats", type=int, default=2,
                                       help="times the graded case is measured (the spread of "
