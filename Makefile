@@ -44,7 +44,7 @@ grade: $(SETUP)
 	$(if $(QUICK),GRADER_QUICK=1 )$(PY) -m grader grade $(TREE) $(BUILD_FLAG) --json $(RESULTS)
 
 exercise-%: $(SETUP)
-	$(if $(QUICK),GRADER_QUICK=1 )$(if $(SANITIZE),GRADER_SANITIZE=$(SANITIZE) GRADER_SMALL=1 GRADER_CHECK_TIMEOUT=900 )$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(SANITIZE),--no-bench) $(if $(REPRO),--repro '$(REPRO)')
+	$(if $(PROFILE),$(PY) -m grader.profile --exercise $* $(TREE); exit $$?;)$(if $(QUICK),GRADER_QUICK=1 )$(if $(SANITIZE),GRADER_SANITIZE=$(SANITIZE) GRADER_SMALL=1 GRADER_CHECK_TIMEOUT=900 )$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(SANITIZE),--no-bench) $(if $(REPRO),--repro '$(REPRO)')
 
 bench: $(SETUP)
 	$(PY) -m grader bench $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(BENCH_IMPL)) --out $(BENCH_OUT) $(if $(EXERCISE),--exercise $(EXERCISE)) $(if $(REPEATS),--repeats $(REPEATS))

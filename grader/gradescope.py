@@ -210,7 +210,8 @@ def track_summary(ex: Exercise, r: TrackResult, s: Score) -> dict:
     """One track in a line (results.json's extra_data, which Gradescope keeps and does not
     show): points and the flags `grader batch` puts in a class summary and its dashboard."""
     figures = (r.performance or {}).get("figures") or {}
-    measured = (r.performance or {}).get("status") == "measured"
+    # a tampered track's figures are not the learner's to keep
+    measured = (r.performance or {}).get("status") == "measured" and not r.tampering
     return {"exercise": ex.id, "track": r.track, "points": round(s.total, 4),
             "max_points": s.max_points, "built": bool(r.build.get("ok")),
             "tampering": bool(r.tampering),
