@@ -145,7 +145,8 @@ def report(kernels: list[dict]) -> str:
         fmt = lambda v, unit="%": "n/a" if v is None else f"{v:.1f}{unit}"  # noqa: E731
         occ = f"{fmt(k['achieved'])} achieved"
         if k["theoretical"] is not None:
-            occ += f" of {fmt(k['theoretical'])} theoretical, limited by {limiter_text(k)}"
+            occ += f" of {fmt(k['theoretical'])} theoretical" + (
+                f", limited by {limiter_text(k)}" if k["theoretical"] < 100 else "")
         out += [f"  [{i}] {name}",
                 f"      duration {fmt(k['us'], ' us')}; DRAM throughput {fmt(k['dram'])} of peak; "
                 f"SM throughput {fmt(k['sm'])} of peak",

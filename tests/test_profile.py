@@ -44,6 +44,8 @@ def test_a_streaming_kernel_and_a_register_limited_one():
                              "thread; warps mostly wait on barrier")
     text = report(k)
     assert "duration 731.0 us; DRAM throughput 91.2% of peak; SM throughput 20.1% of peak" in text
+    assert "occupancy 88.0% achieved of 100.0% theoretical\n" in text  # nothing limits it
+    assert "24.6% achieved of 25.0% theoretical, limited by 168 registers per thread" in text
     assert "top warp stalls: barrier (__syncthreads / tl.debug_barrier) 6.5, long scoreboard" \
         in text and "selected" not in text.split("[1]")[1].replace("not selected", "")
 
