@@ -221,7 +221,9 @@ def track_summary(ex: Exercise, r: TrackResult, s: Score) -> dict:
                               and "nothing to judge" not in c.message for c in r.checks),
             "host_bound": any(f.get("host_bound") for f in figures.values()),
             "needs_review": bool(r.review), "review": list(r.review),
-            "crashed": bool(r.ended),
+            # a process that died while checking; a failed build or import also ends the
+            # worker early, and is its own reason (error), not a crash
+            "crashed": bool(r.ended) and bool(r.build.get("ok")),
             "failed": sum(c.outcome in ("failed", "crashed") for c in r.checks),
             "not_run": sum(c.outcome == "not run" for c in r.checks),
             "gpu_us": {m: round(f["ms"] * 1e3, 2) for m, f in figures.items()
