@@ -1,5 +1,6 @@
 # make grade                  scorecard for starter/ (IMPL=solutions, or SUBMISSION=path/to/tree)
-# make exercise-02            grade one exercise, every failure in full (SANITIZE=memcheck|racecheck|...,
+# make exercise-02            grade one exercise, every failure in full (PROFILE=1: ncu per kernel;
+#                             SANITIZE=memcheck|racecheck|...,
 #                             REPRO=check@example: one failing example again, as a failure prints it;
 #                             QUICK=1: 3 examples per property check, baselines' times cached)
 # make bench                  solutions/ vs baselines into docs/performance.md (needs a GPU;
@@ -33,7 +34,7 @@ BUILD_FLAG := $(if $(BUILD),--build $(BUILD))
 
 .PHONY: grade bench test list clean help
 help:
-	@sed -n '1,8p' Makefile | sed 's/^# //'
+	@sed -n '1,9p' Makefile | sed 's/^# //'
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -44,7 +45,7 @@ grade: $(SETUP)
 	$(PY) -m grader grade $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) --json $(RESULTS)
 
 exercise-%: $(SETUP)
-	$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(SANITIZE),--sanitize $(SANITIZE)) $(if $(REPRO),--repro '$(REPRO)')
+	$(if $(PROFILE),$(PY) -m grader.profile --exercise $* $(TREE); exit $$?;)$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(SANITIZE),--sanitize $(SANITIZE)) $(if $(REPRO),--repro '$(REPRO)')
 
 bench: $(SETUP)
 	$(PY) -m grader bench $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(BENCH_IMPL)) --out $(BENCH_OUT) $(if $(EXERCISE),--exercise $(EXERCISE)) $(if $(REPEATS),--repeats $(REPEATS))

@@ -4,6 +4,8 @@
                            [--json results.json] [--junit junit.xml] [--no-bench] [--quick]
                            [--build jit|aot] [--repro CHECK@EXAMPLE] [--sanitize TOOL]
     python -m grader batch SUBMISSIONS_DIR --out DIR [--exercise 01] [--no-bench] [--force]
+                           [--slurm [--partition P] [--gpus-per-task 1] [--max-parallel N]]
+    python -m grader batch --collect DIR
     python -m grader bench [--exercise 06] [--impl solutions] [--out DIR] [--repeats N]
     python -m grader list
 """
@@ -13,11 +15,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from grader.batch import add_arguments as batch_arguments
 from grader.discover import SpecError, discover
-from grader.grade import Submission, grade
+from grader.grade import Submission, grade, write_reports
 from grader.paths import ROOT
 from grader.progress import Progress
-from grader.report import write_reports
+from grader.gradescope import VISIBILITY
 from grader.settings import from_environment
 
 
@@ -50,12 +53,15 @@ def cmd_grade(args) -> int:
                      bench=not (args.no_bench or args.repro or args.sanitize))
     result = grade(sub, Progress(aot=args.build == "aot"))
     print(write_reports(result, full=args.exercise is not None, repro=args.repro,
-                        json_path=args.json, junit_path=args.junit))
+                        json_path=args.json, junit_path=args.junit, visibility=args.visibility))
     return 0
 
 
 def cmd_batch(args) -> int:
-    from grader.batch import batch_command  # (batch and bench import torch: not for `list`)
+    if args.slurm:
+        from grader.slurm import submit_command  # sbatch: only with --slurm
+        return submit_command(args)
+    from grader.batch import batch_command
     return batch_command(args)
 
 
@@ -95,14 +101,8 @@ def main(argv=None) -> int:
                    "failing example again (a failure prints the command); needs --exercise")
     g.add_argument("--sanitize", choices=["memcheck", "racecheck", "initcheck", "synccheck"],
                    help="the CUDA checks at small shapes under compute-sanitizer; no timing")
-    b = sub.add_parser("batch", help="grade every submission in a folder (a class)")
-    b.add_argument("submissions", help="a folder of trees shaped like starter/, or .zip files")
-    b.add_argument("--out", required=True, help="per submission results, and summary.csv")
-    b.add_argument("--exercise", help="one exercise, by number (01) or folder name")
-    b.add_argument("--no-bench", action="store_true", help="skip the performance step")
-    b.add_argument("--force", action="store_true", help="grade again what has a results.json")
-    b.add_argument("--workers", type=int, default=0, help="at once (default: one per GPU)")
-    b.add_argument("--build", choices=["jit", "aot"], default=None)
+    g.add_argument("--visibility", **VISIBILITY)
+    batch_arguments(sub.add_parser("batch", help="grade every submission in a folder (a class)"))
     sub.choices["bench"].add_argument("--out", default=str(ROOT / "docs"))
     sub.choices["bench"].add_argument("--repeats", type=int, default=2, help="times the graded "
                                       "case is measured (the medians' spread is shown)")

@@ -238,3 +238,29 @@ def _time_all(tree, pairs, results, gpu, bench, ahead, prepared, settings, progr
         if k >= 0:
             _say(progress, f"timed {ex.id} [{t.name}] in {time.perf_counter() - began:.0f} s "
                            f"({time.perf_counter() - start:.0f} s)")
+
+
+def write_reports(grade: Grade, *, full: bool, repro: str | None = None, json_path=None,
+                  junit_path=None, visibility=()) -> str:
+    """The last step: the scorecard and feedback a learner reads (returned; grader.report), and
+    the files asked for, Gradescope's results.json and JUnit XML (grader.gradescope)."""
+    from grader.gradescope import gradescope, junit, write_json  # imported by this step only
+    from grader.report import feedback, machine, scorecard
+    rel = grade.tree.relative_to(ROOT) if grade.tree.is_relative_to(ROOT) else grade.tree
+    table = scorecard(grade.rows, title=f"Scorecard for {rel}  ({machine(grade.gpu)})")
+    notes = [n for n in (feedback(ex, r, s, full=full) for ex, r, s in grade.rows) if n]
+    sandbox = sorted({r.build["sandbox"] for _, r, _ in grade.rows if r.build.get("sandbox")})
+    out = ["", table] + [f"sandbox: {s}" for s in sandbox[:2]]
+    out += ["", "\n\n".join(notes)] if notes else []
+    if repro:
+        out.append(f"\nREPRO: only {repro.partition('@')[0]} ran, on its failing example; the "
+                   f"points above are not a score (run without REPRO for that)")
+    if json_path:
+        write_json(Path(json_path), gradescope(grade.rows, seconds=grade.seconds, summary=table,
+                                               visibility=visibility))
+        out.append(f"\nresults.json (Gradescope format): {json_path}")
+    if junit_path:
+        Path(junit_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(junit_path).write_text(junit(grade.rows, seconds=grade.seconds))
+        out.append(f"JUnit XML: {junit_path}")
+    return "\n".join(out)

@@ -1,11 +1,9 @@
-"""Report: the terminal scorecard and the per-track feedback, and Gradescope's results.json and
-JUnit XML (the same figures, for a course's tools)."""
+"""Report: the terminal scorecard and the per-track feedback a learner reads (Gradescope's
+results.json and JUnit XML, from the same rows: grader.gradescope)."""
 from __future__ import annotations
 
 import io
-import json
 import textwrap
-from pathlib import Path
 
 from grader.discover import Exercise
 from grader.paths import ROOT
@@ -15,28 +13,8 @@ from grader.score import Score
 DASH = "—"
 
 
-def write_reports(grade, *, full: bool, repro: str | None = None, json_path=None,
-                  junit_path=None) -> str:
-    """The scorecard and feedback a learner reads (returned), and the files asked for:
-    Gradescope's results.json and JUnit XML. `grade`: a grader.grade.Grade."""
-    rel = grade.tree.relative_to(ROOT) if grade.tree.is_relative_to(ROOT) else grade.tree
-    table = scorecard(grade.rows, title=f"Scorecard for {rel}  ({_machine(grade.gpu)})")
-    notes = [n for n in (feedback(ex, r, s, full=full) for ex, r, s in grade.rows) if n]
-    out = ["", table] + (["", "\n\n".join(notes)] if notes else [])
-    if repro:
-        out.append(f"\nREPRO: only {repro.partition('@')[0]} ran, on its failing example; the "
-                   f"points above are not a score (run without REPRO for that)")
-    if json_path:
-        write_json(Path(json_path), gradescope(grade.rows, seconds=grade.seconds, summary=table))
-        out.append(f"\nresults.json (Gradescope format): {json_path}")
-    if junit_path:
-        Path(junit_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(junit_path).write_text(junit(grade.rows, seconds=grade.seconds))
-        out.append(f"JUnit XML: {junit_path}")
-    return "\n".join(out)
-
-
-def _machine(gpu: str | None) -> str:
+def machine(gpu: str | None) -> str:
+    """The scorecard's title line: where it was graded."""
     import torch
     try:
         import triton
@@ -235,116 +213,4 @@ def performance_text(p: dict, s: Score) -> str:
 def _indent(text: str, n: int = 4) -> str:
     return textwrap.indent(text, " " * n)
 
-
-def gradescope(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: float,
-               summary: str) -> dict:
-    """Gradescope's results.json: a test per check and per performance row, with points."""
-    tests = []
-    for ex, r, s in rows:
-        label = f"{ex.number} {ex.name} [{r.track}]"
-        built = r.build.get("ok", False)
-        for category in ("correctness", "gradcheck"):
-            total, points = r.total(category), ex.points[category]
-            if not points:
-                continue
-            if not built or total == 0:
-                tests.append({"name": f"{label} {category}", "score": 0, "max_score": points,
-                              "status": "failed",
-                              "output": r.build.get("message") or r.ended or "no checks ran"})
-                continue
-            each = points / total
-            for c in (c for c in r.checks if c.category == category):
-                ok = c.outcome == "passed"
-                tests.append({"name": f"{label} {c.name}", "score": round(each if ok else 0, 4),
-                              "max_score": round(each, 4), "status": "passed" if ok else "failed",
-                              "output": "\n".join([c.message] + c.details()) if not ok else ""})
-        if ex.points["performance"]:
-            p = r.performance or {}
-            tests.append({"name": f"{label} performance", "score": round(s.performance, 4),
-                          "max_score": ex.points["performance"],
-                          "status": "passed" if s.performance > 0 else "failed",
-                          "output": performance_text(p, s) if p.get("status") in
-                          ("measured", "rejected") else p.get("status", "not measured")})
-        if r.tampering:
-            tests.append({"name": f"{label} tampering", "score": 0, "max_score": 0,
-                          "status": "failed", "output": "\n".join(r.tampering)})
-    return {"score": round(sum(s.total for _, _, s in rows), 4),
-            "execution_time": round(seconds, 1), "output": summary, "tests": tests,
-            "extra_data": {"tracks": [track_summary(ex, r, s) for ex, r, s in rows]}}
-
-
-def track_summary(ex: Exercise, r: TrackResult, s: Score) -> dict:
-    """One track in a line (results.json's extra_data, which Gradescope keeps and does not
-    show): points and the flags `grader batch` puts in a class summary."""
-    figures = (r.performance or {}).get("figures") or {}
-    return {"exercise": ex.id, "track": r.track, "points": round(s.total, 4),
-            "max_points": s.max_points, "built": bool(r.build.get("ok")),
-            "tampering": bool(r.tampering), "needs_review": r.review[:20],
-            # the op ran and PyTorch (or a library) did its work; a stub whose every call
-            # raised fails that check too, with nothing to judge: not delegation
-            "delegation": any(c.name == "your kernels do the work" and c.outcome == "failed"
-                              and "nothing to judge" not in c.message for c in r.checks),
-            "host_bound": any(f.get("host_bound") for f in figures.values()),
-            "ended": r.ended or "",
-            # per mode: the graded GPU time (us), how it was timed, the host time, and each
-            # baseline's GPU time: what a class summary and the repeatability table read
-            "figures": {mode: {"us": round(f["ms"] * 1e3, 2), "method": f.get("method"),
-                               "host_us": round(f["host_ms"] * 1e3, 2)
-                               if f.get("host_ms") is not None else None,
-                               "baselines_us": {n: round(b["ms"] * 1e3, 2)
-                                                for n, b in (f.get("baselines") or {}).items()
-                                                if "ms" in b}}
-                        for mode, f in figures.items() if f.get("ms") is not None}}
-
-
-def junit(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: float) -> str:
-    """JUnit XML (what CI systems read): a testsuite per track, a testcase per check and one for
-    the track's performance; a failure carries the same message the scorecard shows; a check
-    that needs a GPU is a skipped testcase with that reason."""
-    from xml.etree import ElementTree as ET
-    root = ET.Element("testsuites", name="grader", time=f"{seconds:.1f}")
-    for ex, r, s in rows:
-        suite = ET.SubElement(root, "testsuite", name=f"{ex.id}.{r.track}")
-        cases = []
-        for c in r.checks:
-            case = ET.SubElement(suite, "testcase", classname=f"{ex.id}.{r.track}", name=c.name,
-                                 time=f"{c.seconds:.3f}")
-            if c.outcome in ("failed", "crashed", "not run"):
-                f = ET.SubElement(case, "failure", message=(c.message.splitlines() or [c.outcome])[0][:300],
-                                  type=c.outcome)
-                f.text = "\n".join([c.message or c.outcome] + c.details())
-            elif c.outcome != "passed":
-                ET.SubElement(case, "skipped", message=c.message or c.outcome)
-            cases.append(case)
-        if not r.build.get("ok") or r.tampering:
-            case = ET.SubElement(suite, "testcase", classname=f"{ex.id}.{r.track}", name="build")
-            msg = "\n".join(r.tampering) or r.build.get("message") or r.ended or "not built"
-            ET.SubElement(case, "failure", message=msg.splitlines()[0][:300],
-                          type="tampering" if r.tampering else "build").text = msg
-            cases.append(case)
-        if ex.points["performance"]:
-            case = ET.SubElement(suite, "testcase", classname=f"{ex.id}.{r.track}",
-                                 name="performance")
-            p = r.performance or {}
-            if p.get("status") in ("measured", "rejected"):
-                text = performance_text(p, s)
-                if s.performance <= 0:
-                    ET.SubElement(case, "failure", message="no performance credit",
-                                  type="performance").text = text
-                else:
-                    ET.SubElement(case, "system-out").text = text
-            else:
-                ET.SubElement(case, "skipped", message=p.get("status", "not measured"))
-            cases.append(case)
-        suite.set("tests", str(len(cases)))
-        suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
-        suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
-        suite.set("errors", "0")
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
 

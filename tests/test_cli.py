@@ -25,8 +25,11 @@ def test_one_exercise_scorecard_and_results_json(tmp_path):
     assert re.search(r"01\s+vector_add\s+triton\s+imported\s+8/8", text), text
     assert set(results) >= {"score", "tests", "output", "execution_time"}
     for t in results["tests"]:
-        assert set(t) >= {"name", "score", "max_score", "status", "output"}
-        assert t["status"] in ("passed", "failed")
+        assert set(t) >= {"name", "score", "max_score", "output"}
+        # nothing at stake on this machine (needs a GPU; --no-bench): no status, so Gradescope
+        # shows it as information, as JUnit skips it (grader.gradescope)
+        assert t.get("status") in ("passed", "failed") or ("status" not in t and
+                                                           t["max_score"] == 0)
     perf = [t for t in results["tests"] if t["name"].endswith("performance")]
     assert perf and perf[0]["score"] == 0  # --no-bench: never a figure that was not measured
     assert results["score"] == pytest.approx(sum(t["score"] for t in results["tests"]), abs=1e-2)
