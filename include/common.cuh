@@ -11,9 +11,12 @@
 //   course::Vec<T, N>          N elements moved as one load/store (16 bytes: kVec16<T> elements)
 //   course::warp_sum/max       a value reduced over the 32 lanes of a warp, returned to each lane
 //   course::block_sum/max      a value reduced over the block, returned to every thread
+//   course::block_sum2         two values summed over the block at once (one pair of barriers)
 //   course::Packed<T, N>       N elements kept as 32-bit words: the row a thread holds in
 //                              registers (load_packed, store_packed, unpack, pack, fresh)
 //   course::ceil_div, grid_for, num_sms, max_smem_per_block
+//   course::threads_for        threads per block for a row of `nvec` vectors, `per_thread` each
+//   course::vector_ok<T>       may rows of T be moved 16 bytes at a time (lengths, alignment)
 //   CUDA_CHECK(expr)           throws std::runtime_error naming the call, file and line; PyTorch
 //                              turns it into a Python RuntimeError
 //   CUDA_LAUNCH_CHECK()        the same for the launch just made (bad configuration, no kernel
@@ -28,6 +31,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -110,6 +114,28 @@ inline int64_t max_smem_per_block() {
   CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   if (dev < 64) cached[dev] = v;
   return v;
+}
+
+// Threads per block for a row of `nvec` vectors: enough that each thread keeps at most
+// `per_thread` of them (4096 bf16 = 512 vectors: 128 threads of 4), a multiple of 32, at least
+// 32 and at most `max_threads` (the kernel's launch bound).
+inline int threads_for(int64_t nvec, int per_thread, int max_threads) {
+  const int64_t t = (nvec + per_thread - 1) / per_thread;
+  const int64_t warps32 = (t + 31) / 32 * 32;
+  return static_cast<int>(warps32 < 32 ? 32 : warps32 > max_threads ? max_threads : warps32);
+}
+
+// 16-byte loads need every row to start 16-byte aligned: the row length N and the distance
+// between rows `ld` multiples of kVec16<T>, and aligned base pointers (a sliced view can start
+// anywhere; null pointers, the outputs not asked for, are skipped). Otherwise one element at a
+// time.
+template <typename T>
+bool vector_ok(int64_t N, int64_t ld, std::initializer_list<const void*> ptrs) {
+  constexpr int VEC = kVec16<T>;
+  if (N % VEC != 0 || ld % VEC != 0) return false;
+  for (const void* p : ptrs)
+    if (p != nullptr && !aligned_for<T, VEC>(p)) return false;
+  return true;
 }
 
 // ---- Packed: a vector of a row kept in registers ----------------------------------------------
@@ -256,6 +282,34 @@ __device__ __forceinline__ A block_reduce(A v, A* shared, A identity, Op warp_op
 template <typename A>
 __device__ __forceinline__ A block_sum(A v, A* shared) {
   return block_reduce(v, shared, A(0), [](A x) { return warp_sum(x); });
+}
+
+// Two sums over the block at once (one pair of barriers instead of two), returned to every
+// thread. `shared` is [2][33]; slot 32 is the result, so back-to-back calls never race (as in
+// block_reduce), also with calls of block_sum on shared[0].
+template <typename A>
+__device__ __forceinline__ void block_sum2(A& a, A& b, A (*shared)[33]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  a = warp_sum(a);
+  b = warp_sum(b);
+  if (lane == 0) {
+    shared[0][warp] = a;
+    shared[1][warp] = b;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    A ta = lane < warps ? shared[0][lane] : A(0);
+    A tb = lane < warps ? shared[1][lane] : A(0);
+    ta = warp_sum(ta);
+    tb = warp_sum(tb);
+    if (lane == 0) {
+      shared[0][32] = ta;
+      shared[1][32] = tb;
+    }
+  }
+  __syncthreads();
+  a = shared[0][32];
+  b = shared[1][32];
 }
 
 // For max: identity -inf (float/double); a block of all -inf returns -inf.

@@ -39,19 +39,15 @@ using course::acc_t;
 using course::cuda_ptr;
 
 at::Tensor scale(const at::Tensor& x, double a) {
-  // Check everything before touching the GPU, and say what to do about it.
-  TORCH_CHECK(x.is_cuda(), "scale: x must be a CUDA tensor, but it is on ", x.device(),
-              "; move it to the GPU first (x.cuda())");
-  const at::ScalarType dtype = x.scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16 ||
-                  dtype == at::kDouble,
-              "scale: x must be float32, float16, bfloat16 or float64, but it is ", dtype,
-              "; convert it first (e.g. x.float())");
+  // Check everything before touching the GPU (aten_cuda.h: device, dtype, then strides; each
+  // message names x and what it must be).
+  course::check_device(x, "x");
+  course::check_dtype(x, "x", {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble});
   // The kernels walk memory with stride 1: a strided view (x[::2], x.t() of a matrix) would be
   // read in the wrong order. Copying it here would hide an extra pass over memory; refusing says
   // where that pass would go.
-  TORCH_CHECK(x.is_contiguous(), "scale: x must be contiguous, but it has sizes ", x.sizes(),
-              " and strides ", x.strides(), "; pass x.contiguous()");
+  course::check_contiguous(x, "x");
+  const at::ScalarType dtype = x.scalar_type();
 
   // Custom ops get no device guard from the dispatcher: make x's GPU the current one, so the
   // kernel runs there and getCurrentCUDAStream() below is that GPU's stream.

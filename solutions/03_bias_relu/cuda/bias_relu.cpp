@@ -14,6 +14,8 @@
 
 #include <ATen/OpMathType.h>
 
+#include "aten_cuda.h"
+
 #include <tuple>
 #include <vector>
 
@@ -23,10 +25,6 @@ std::tuple<at::Tensor, at::Tensor> bias_relu_backward_cuda(const at::Tensor& gra
                                                            const at::Tensor& y, double scale);
 
 namespace {
-
-bool supported_dtype(at::ScalarType t) {
-  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
-}
 
 // ---------------------------------------------------------------------------------------------
 // the CPU path: plain loops, the same math as the kernels (fp32 for fp16/bf16, fp64 for fp64).
@@ -86,17 +84,11 @@ std::tuple<at::Tensor, at::Tensor> backward_cpu(const at::Tensor& grad_y, const 
 at::Tensor bias_relu_forward(const at::Tensor& x, const at::Tensor& bias, double scale) {
   // Every message names the argument and says what was expected and what came: a learner (or
   // a user of the module) reads this, not a stack trace.
+  course::check_device(x, "x", /*cpu_ok=*/true);
+  course::check_dtype(x, "x", {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble});
   TORCH_CHECK(x.dim() == 2, "x must be 2-D [M, N], got shape ", x.sizes());
-  TORCH_CHECK(supported_dtype(x.scalar_type()),
-              "x must be float32, float16, bfloat16 or float64, got ", x.scalar_type());
-  TORCH_CHECK(x.is_cuda() || x.is_cpu(), "x must be on a CUDA device or on the CPU, got ",
-              x.device());
-  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == x.size(1),
-              "bias must be 1-D of size N = x.size(1) = ", x.size(1), ", got shape ", bias.sizes());
-  TORCH_CHECK(bias.device() == x.device(), "bias must be on x's device ", x.device(), ", got ",
-              bias.device());
-  TORCH_CHECK(bias.scalar_type() == x.scalar_type(), "bias must have x's dtype ",
-              x.scalar_type(), ", got ", bias.scalar_type());
+  course::check_like(bias, "bias", x);
+  course::check_vector(bias, "bias", x.size(1), "N = x.size(1)");
   // The kernels read rows as dense memory. A strided view (x.t(), x[:, ::2]) is copied once
   // here: one extra pass over x, paid only by callers who pass one (free when x is contiguous).
   const at::Tensor xc = x.contiguous();
@@ -106,21 +98,17 @@ at::Tensor bias_relu_forward(const at::Tensor& x, const at::Tensor& bias, double
 
 std::tuple<at::Tensor, at::Tensor> bias_relu_backward(const at::Tensor& grad_y, const at::Tensor& y,
                                                       double scale) {
-  TORCH_CHECK(y.dim() == 2 && supported_dtype(y.scalar_type()) && (y.is_cuda() || y.is_cpu()),
-              "y must be the 2-D float output of forward, got shape ", y.sizes(), " ",
-              y.scalar_type(), " on ", y.device());
+  course::check_device(y, "y", /*cpu_ok=*/true);
+  course::check_dtype(y, "y", {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble});
+  TORCH_CHECK(y.dim() == 2, "y must be the 2-D output of forward, got shape ", y.sizes());
+  course::check_like(grad_y, "grad_y", y, "y");
   TORCH_CHECK(grad_y.sizes() == y.sizes(), "grad_y must have y's shape ", y.sizes(), ", got ",
               grad_y.sizes());
-  TORCH_CHECK(grad_y.device() == y.device(), "grad_y must be on y's device ", y.device(),
-              ", got ", grad_y.device());
-  TORCH_CHECK(grad_y.scalar_type() == y.scalar_type(), "grad_y must have y's dtype ",
-              y.scalar_type(), ", got ", grad_y.scalar_type());
   // Refused rather than copied: autograd hands backward whatever gradient it has, e.g. an
   // expanded one with strides (0, 0) after y.sum().backward(). The autograd.Function decides
   // to pay for .contiguous(); a kernel reading it as dense memory would read garbage.
-  TORCH_CHECK(grad_y.is_contiguous(), "grad_y must be contiguous, got strides ", grad_y.strides(),
-              " (call grad_y.contiguous() in backward)");
-  TORCH_CHECK(y.is_contiguous(), "y must be contiguous, got strides ", y.strides());
+  course::check_contiguous(grad_y, "grad_y");
+  course::check_contiguous(y, "y");
   return y.is_cuda() ? bias_relu_backward_cuda(grad_y, y, scale) : backward_cpu(grad_y, y, scale);
 }
 

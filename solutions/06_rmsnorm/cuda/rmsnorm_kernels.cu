@@ -34,7 +34,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 #include <type_traits>
 
 namespace {
@@ -322,24 +321,6 @@ __global__ void dw_reduce_kernel(const typename Acc<T>::type* __restrict__ parti
 // ---------------------------------------------------------------------------------------------
 // launch configuration
 
-// Threads per block: enough that each thread keeps at most `per_thread` vectors of the row
-// (4096 bf16 = 512 vectors: 512 threads with 1 each), a multiple of 32, at most kMaxThreads.
-inline int threads_for(int64_t nvec, int per_thread) {
-  const int64_t t = (nvec + per_thread - 1) / per_thread;
-  return static_cast<int>(std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, (t + 31) / 32 * 32)));
-}
-
-// 16-byte loads need every row to start 16-byte aligned: N a multiple of VEC, and aligned base
-// pointers (a sliced view can start anywhere). Otherwise one element at a time.
-template <typename T>
-bool vector_ok(int64_t N, std::initializer_list<const void*> ptrs) {
-  constexpr int VEC = course::kVec16<T>;
-  if (N % VEC != 0) return false;
-  for (const void* p : ptrs)
-    if (!course::aligned_for<T, VEC>(p)) return false;
-  return true;
-}
-
 // A persistent grid: as many blocks as fit on the GPU at once (it must not run in waves), at
 // most `per_sm_max` per SM and never more than `cap`.
 template <typename Kernel>
@@ -354,7 +335,7 @@ void fwd(const T* x, const T* w, T* y, typename Acc<T>::type* rstd, int64_t rows
          double eps, cudaStream_t stream) {
   using A = typename Acc<T>::type;
   auto kernel = rmsnorm_fwd_kernel<T, VEC>;
-  const int threads = threads_for(N / VEC, kFwdVecsPerThread);
+  const int threads = course::threads_for(N / VEC, kFwdVecsPerThread, kMaxThreads);
   const int64_t blocks = persistent_blocks(kernel, threads, kFwdBlocksPerSM, rows);
   kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, w, y, rstd, rows, N,
                                                                 static_cast<A>(eps));
@@ -366,7 +347,7 @@ int64_t bwd(const T* dy, const T* x, const T* w, const typename Acc<T>::type* rs
             typename Acc<T>::type* partial, int64_t max_blocks, int64_t rows, int64_t N,
             cudaStream_t stream) {
   auto kernel = rmsnorm_bwd_kernel<T, VEC>;
-  const int threads = threads_for(N / VEC, kBwdVecsPerThread);
+  const int threads = course::threads_for(N / VEC, kBwdVecsPerThread, kMaxThreads);
   // never more blocks than the partial rows allocated
   const int64_t blocks = persistent_blocks(kernel, threads, kBwdBlocksPerSM, max_blocks);
   if (blocks > 0) {
@@ -388,7 +369,7 @@ void rmsnorm_fwd_launch(const T* x, const T* w, T* y, A* rstd, int64_t rows, int
                         double eps, cudaStream_t stream) {
   static_assert(std::is_same_v<A, typename Acc<T>::type>, "A must be the math type of T");
   if (rows == 0) return;
-  if (vector_ok<T>(N, {x, w, y}))
+  if (course::vector_ok<T>(N, N, {x, w, y}))
     fwd<T, course::kVec16<T>>(x, w, y, rstd, rows, N, eps, stream);
   else
     fwd<T, 1>(x, w, y, rstd, rows, N, eps, stream);
@@ -407,8 +388,9 @@ void rmsnorm_bwd_launch(const T* dy, const T* x, const T* w, const A* rstd, T* d
   static_assert(std::is_same_v<A, typename Acc<T>::type>, "A must be the math type of T");
   int64_t blocks = 0;  // no rows: no partials, and dw below is a sum of nothing (zeros)
   if (rows > 0)
-    blocks = vector_ok<T>(N, {dy, x, w, dx})
-                 ? bwd<T, course::kVec16<T>>(dy, x, w, rstd, dx, partials, max_blocks, rows, N, stream)
+    blocks = course::vector_ok<T>(N, N, {dy, x, w, dx})
+                 ? bwd<T, course::kVec16<T>>(dy, x, w, rstd, dx, partials, max_blocks, rows, N,
+                                             stream)
                  : bwd<T, 1>(dy, x, w, rstd, dx, partials, max_blocks, rows, N, stream);
   const dim3 block(32, kReduceRows);
   dw_reduce_kernel<T><<<static_cast<unsigned>(course::ceil_div(N, 32)), block, 0, stream>>>(

@@ -4,9 +4,10 @@
 //   layernorm_bwd(dy, x, w, mean, rstd, output_mask) -> (dx?, dw?, db?)
 //
 // This file checks the inputs (every message names the argument), allocates the outputs, picks
-// the device, dispatches on the dtype and calls either the CUDA launchers (layernorm_kernels.cu)
-// or the CPU loops below. It includes light ATen headers only (not <torch/extension.h>), and no
-// kernel: it compiles once (~25 s on 2 cores) and editing a kernel does not recompile it.
+// the device, dispatches on the dtype and calls either the CUDA launchers (layernorm_fwd.cu,
+// layernorm_bwd.cu) or the CPU loops below. It includes light ATen headers only (not
+// <torch/extension.h>), and no kernel: it compiles once (~25 s on 2 cores) and editing a kernel
+// does not recompile it.
 
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
@@ -30,7 +31,8 @@
 #include <vector>
 
 // ---------------------------------------------------------------------------------------------
-// the launchers (layernorm_kernels.cu, instantiated there for these four (T, A) pairs)
+// the launchers (layernorm_fwd.cu, layernorm_bwd.cu: instantiated there for these four (T, A)
+// pairs)
 
 template <typename T, typename A>
 void layernorm_fwd_launch(const T* x, int64_t ldx, const T* w, const T* b, T* y, A* mean, A* rstd,

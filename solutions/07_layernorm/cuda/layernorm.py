@@ -16,8 +16,8 @@ import torch
 
 if not hasattr(torch.ops.ex07_cuda, "layernorm_fwd"):
     raise ImportError("the ex07_cuda ops are not registered: load the built library "
-                      "(layernorm.cpp + layernorm_kernels.cu, torch.ops.load_library) before "
-                      "importing layernorm.py")
+                      "(layernorm.cpp + layernorm_fwd.cu + layernorm_bwd.cu, "
+                      "torch.ops.load_library) before importing layernorm.py")
 
 
 def _check(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> None:

@@ -51,10 +51,11 @@ at::Tensor scale(const at::Tensor& x, double a) {
   TORCH_CHECK(false, "scale: not implemented yet (see TODO 1 in cuda/scale.cpp)");
 
   // TODO 1 (about 4 lines): refuse what the kernel cannot handle, with a message that names x
-  //   and says what to do: TORCH_CHECK(condition, "scale: x must ..., but ...", ...).
+  //   and says what it must be: TORCH_CHECK(condition, "x must ..., got ", ...). In this order:
   //   x must be a CUDA tensor (x.is_cuda()); its dtype (x.scalar_type()) one of at::kFloat,
   //   at::kHalf, at::kBFloat16, at::kDouble; and contiguous (x.is_contiguous()) unless you
-  //   handle strides.
+  //   handle strides. (include/aten_cuda.h words these three the same way in every exercise:
+  //   course::check_device, check_dtype, check_contiguous.)
 
   // Run on x's GPU (custom ops get no device guard from the dispatcher).
   const c10::cuda::CUDAGuard device_guard(x.device());

@@ -22,23 +22,21 @@
 #include <limits>
 #include <type_traits>
 
+#include "aten_cuda.h"
 #include "reduce_sum.h"
 
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// checks: every message names x and says what to do
+// checks (aten_cuda.h): device, dtype, shape, strides; every message names x
 
-void check_x(const at::Tensor& x, const char* op) {
-  const auto t = x.scalar_type();
-  TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble, op,
-              ": x must be float32, float16, bfloat16 or float64, got ", t,
-              " (convert it first, e.g. x.float())");
+void check_x(const at::Tensor& x) {
+  course::check_device(x, "x", /*cpu_ok=*/true);
+  course::check_dtype(x, "x", {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble});
   // The kernels walk memory with stride 1. A strided view (x.t(), x[:, ::2]) would be read in
   // the wrong order; copying it here would hide a whole extra pass over memory (as slow as the
   // sum itself), so it is refused and the caller decides.
-  TORCH_CHECK(x.is_contiguous(), op, ": x must be contiguous, got sizes ", x.sizes(),
-              " and strides ", x.strides(), " (pass x.contiguous())");
+  course::check_contiguous(x, "x");
 }
 
 at::ScalarType result_type(const at::Tensor& x) {
@@ -95,15 +93,15 @@ void sum_rows_any(const at::Tensor& x, int64_t rows, int64_t cols, at::Tensor& o
 // the ops
 
 at::Tensor reduce_sum(const at::Tensor& x) {
-  check_x(x, "reduce_sum");
+  check_x(x);
   at::Tensor out = at::empty(at::IntArrayRef{}, x.options().dtype(result_type(x)));
   sum_rows_any(x, 1, x.numel(), out);  // the whole tensor as one row
   return out;
 }
 
 at::Tensor reduce_sum_rows(const at::Tensor& x) {
-  TORCH_CHECK(x.dim() == 2, "reduce_sum_rows: x must be 2-D [M, N], got shape ", x.sizes());
-  check_x(x, "reduce_sum_rows");
+  check_x(x);
+  TORCH_CHECK(x.dim() == 2, "x must be 2-D [M, N], got shape ", x.sizes());
   at::Tensor out = at::empty({x.size(0)}, x.options().dtype(result_type(x)));
   sum_rows_any(x, x.size(0), x.size(1), out);
   return out;

@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 #include <stdexcept>
 #include <type_traits>
 
@@ -85,27 +84,6 @@ __global__ void dw_reduce_kernel(const typename Acc<T>::type* __restrict__ parti
   // TODO 3
 }
 
-// ---------------------------------------------------------------------------------------------
-// launch configuration
-
-// Threads per block: enough that each thread keeps at most `per_thread` vectors of the row
-// (4096 bf16 = 512 vectors: 512 threads with 1 each), a multiple of 32, at most kMaxThreads.
-inline int threads_for(int64_t nvec, int per_thread) {
-  const int64_t t = (nvec + per_thread - 1) / per_thread;
-  return static_cast<int>(std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, (t + 31) / 32 * 32)));
-}
-
-// 16-byte loads need every row to start 16-byte aligned: N a multiple of VEC, and aligned base
-// pointers (a sliced view can start anywhere). Otherwise one element at a time.
-template <typename T>
-bool vector_ok(int64_t N, std::initializer_list<const void*> ptrs) {
-  constexpr int VEC = course::kVec16<T>;
-  if (N % VEC != 0) return false;
-  for (const void* p : ptrs)
-    if (!course::aligned_for<T, VEC>(p)) return false;
-  return true;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -117,10 +95,11 @@ void rmsnorm_fwd_launch(const T* x, const T* w, T* y, A* rstd, int64_t rows, int
                         double eps, cudaStream_t stream) {
   static_assert(std::is_same_v<A, typename Acc<T>::type>, "A must be the math type of T");
   throw std::runtime_error("rmsnorm_fwd (CUDA): not implemented yet (see cuda/rmsnorm_kernels.cu, TODO 1)");
-  // TODO 1 (about 10 lines): with vector_ok<T>(N, {x, w, y}) launch
+  // TODO 1 (about 10 lines): with course::vector_ok<T>(N, N, {x, w, y}) launch
   // rmsnorm_fwd_kernel<T, course::kVec16<T>>, else rmsnorm_fwd_kernel<T, 1>: grid = rows (one
-  // block per row; rows == 0: launch nothing), block = threads_for(N / VEC, kFwdVecsPerThread),
-  // on `stream`, eps as A; then CUDA_LAUNCH_CHECK().
+  // block per row; rows == 0: launch nothing), block =
+  // course::threads_for(N / VEC, kFwdVecsPerThread, kMaxThreads), on `stream`, eps as A; then
+  // CUDA_LAUNCH_CHECK().
 }
 
 // The most partial rows the backward writes: rmsnorm.cpp allocates [this, N] of A for them.
@@ -137,8 +116,8 @@ void rmsnorm_bwd_launch(const T* dy, const T* x, const T* w, const A* rstd, T* d
   throw std::runtime_error("rmsnorm_bwd (CUDA): not implemented yet (see cuda/rmsnorm_kernels.cu, TODO 2-3)");
   // TODO 3 (about 20 lines): the persistent grid, blocks = min(max_blocks, SMs (course::num_sms())
   // * min(occupancy, kBwdBlocksPerSM)), occupancy from cudaOccupancyMaxActiveBlocksPerMultiprocessor
-  // for the kernel and block size you launch (vector_ok<T>(N, {dy, x, w, dx}) picks VEC as in
-  // the forward); no rows: no launch (blocks = 0). Then dw_reduce_kernel<T> over
+  // for the kernel and block size you launch (course::vector_ok<T>(N, N, {dy, x, w, dx}) picks
+  // VEC as in the forward); no rows: no launch (blocks = 0). Then dw_reduce_kernel<T> over
   // ceil_div(N, 32) blocks, reducing the `blocks` partial rows into dw. CUDA_CHECK each CUDA
   // call, CUDA_LAUNCH_CHECK() after each launch.
 }
