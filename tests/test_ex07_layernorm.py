@@ -17,7 +17,8 @@ from conftest import ROOT
 
 EX = "07_layernorm"
 CPP = "layernorm.cpp"
-CU = "layernorm_kernels.cu"
+FWD_CU = "layernorm_fwd.cu"   # the kernels, in two files: the forward family
+BWD_CU = "layernorm_bwd.cu"   # and the backward family
 
 
 def run_checks(tree, select: str, timeout: int = 1200) -> tuple[int, str]:
@@ -84,7 +85,7 @@ ONE_PASS_CU = [
 
 @pytest.mark.gpu
 def test_one_pass_variance_cuda(variant):
-    tree = variant(EX, "cuda", {CU: ONE_PASS_CU})
+    tree = variant(EX, "cuda", {FWD_CU: ONE_PASS_CU})
     code, out = run_checks(tree, "large_offsets")
     bad = failed(out)
     assert code != 0 and any(t.startswith("test_large_offsets[cuda") for t in bad), out[-3000:]
@@ -100,7 +101,7 @@ BF16_SUMS_CU = [
 
 @pytest.mark.gpu
 def test_dw_db_accumulated_in_bf16_cuda(variant):
-    tree = variant(EX, "cuda", {CU: BF16_SUMS_CU})
+    tree = variant(EX, "cuda", {BWD_CU: BF16_SUMS_CU})
     code, out = run_checks(tree, "dw_db_over_many_rows")
     assert code != 0 and "test_dw_db_over_many_rows[cuda]" in failed(out), out[-3000:]
     assert "sum them in float32" in out, out[-3000:]
@@ -110,8 +111,24 @@ def test_dw_db_accumulated_in_bf16_cuda(variant):
 def test_missing_syncthreads(variant):
     """block_sum2 without its second barrier: threads read the result slot before warp 0 has
     written it (they get the previous row's sums)."""
-    tree = variant(EX, "cuda", {CU: [("  __syncthreads();\n  a = shared[0][32];",
-                                      "  a = shared[0][32];")]})
+    tree = variant(EX, "cuda", {BWD_CU: [(
+        "      course::block_sum2(s1, s2, shared);\n",
+        "      {  // block_sum2 without its second barrier\n"
+        "        const int lane = t & 31, warp = t >> 5;\n"
+        "        s1 = course::warp_sum(s1);\n"
+        "        s2 = course::warp_sum(s2);\n"
+        "        if (lane == 0) shared[0][warp] = s1, shared[1][warp] = s2;\n"
+        "        __syncthreads();\n"
+        "        if (warp == 0) {\n"
+        "          A a = lane < (nt >> 5) ? shared[0][lane] : A(0);\n"
+        "          A b = lane < (nt >> 5) ? shared[1][lane] : A(0);\n"
+        "          a = course::warp_sum(a);\n"
+        "          b = course::warp_sum(b);\n"
+        "          if (lane == 0) shared[0][32] = a, shared[1][32] = b;\n"
+        "        }\n"
+        "        s1 = shared[0][32];\n"
+        "        s2 = shared[1][32];\n"
+        "      }\n")]})
     code, out = run_checks(tree, "backward_matches or rows_longer")
     bad = failed(out)
     assert code != 0 and any("[cuda" in t for t in bad), out[-3000:]
@@ -121,7 +138,7 @@ def test_missing_syncthreads(variant):
 @pytest.mark.gpu
 def test_wrong_row_stride(variant):
     """Rows assumed N apart: a view x[:, :N] of a wider matrix is read from the wrong places."""
-    tree = variant(EX, "cuda", {CU: [("reinterpret_cast<const V*>(x + r * ldx);  // int64",
+    tree = variant(EX, "cuda", {FWD_CU: [("reinterpret_cast<const V*>(x + r * ldx);  // int64",
                                       "reinterpret_cast<const V*>(x + r * N);  // int64"),
                                      ("    const V* xr = reinterpret_cast<const V*>(x + row * ldx);\n"
                                       "    V* yr",
@@ -138,7 +155,7 @@ def test_dx_only_backward_launches_nothing(variant):
     """The dx-only backward's grid capped by the number of dw/db partial rows, which is 0 when
     w and b need no gradient: no kernel runs and dx is never written (the first pass had this
     bug: the GPU check reported that the backward launched no kernel of its own)."""
-    tree = variant(EX, "cuda", {CU: [("  const int64_t cap = kDwDb ? max_blocks : rows;\n",
+    tree = variant(EX, "cuda", {BWD_CU: [("  const int64_t cap = kDwDb ? max_blocks : rows;\n",
                                       "  const int64_t cap = max_blocks;\n")]})
     code, out = run_checks(tree, "only_the_gradients")
     # the ids hold spaces ("grad of x"), which failed() does not capture whole: match the lines
