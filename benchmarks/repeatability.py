@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the document to write (default docs/performance.md)")
     p.add_argument("--keep", type=Path, default=None,
                    help="keep each grade's results.json and scorecard in this folder")
+    p.add_argument("--section", default="repeatability",
+                   help="the document's section to write (a run over some exercises only, e.g. "
+                        "repeatability-07-12, keeps the other runs' sections)")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     a = p.parse_args(argv)
     if a.times < 2:
@@ -70,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     shown = ["python3", "benchmarks/repeatability.py", "--times", str(a.times)]
     shown += (["--exercise", a.exercise] if a.exercise else [])
     shown += (["--impl", a.impl] if a.impl != "solutions" else [])
-    write_section("repeatability", table, device=torch.cuda.get_device_name(),
+    shown += (["--section", a.section] if a.section != "repeatability" else [])
+    write_section(a.section, table, device=torch.cuda.get_device_name(),
                   command=shlex.join(shown), doc=a.doc or DOC)
-    print(f"wrote the repeatability section of {a.doc or DOC}")
+    print(f"wrote the {a.section} section of {a.doc or DOC}")
     return 0
 
 

@@ -22,7 +22,7 @@ def grade(*args, tmp_path):
 def test_one_exercise_scorecard_and_results_json(tmp_path):
     text, results = grade("--exercise", "01", "--impl", "solutions", tmp_path=tmp_path)
     assert "Scorecard for solutions" in text
-    assert re.search(r"01\s+vector_add\s+triton\s+imported\s+8/8", text), text
+    assert re.search(r"01\s+vector_add\s+triton\s+imported\s+(\d+)/\1\s", text), text
     assert set(results) >= {"score", "tests", "output", "execution_time"}
     for t in results["tests"]:
         assert set(t) >= {"name", "score", "max_score", "output"}
