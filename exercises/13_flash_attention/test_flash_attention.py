@@ -238,17 +238,20 @@ def test_strided_grad_of_o(impl, ref, exercise, device):
 
 
 def test_dq_sums_in_float32(impl, ref, exercise, device):
-    """dq (and dk, dv) sum over many key (query) blocks: a running sum rounded to bf16 after each
-    block gains ~0.2% error per block; in float32 the error stays one rounding."""
-    shape = (1, 2, 8192, 64) if device == "cuda" else (1, 1, 512, 64)
+    """dq (and dk, dv) sum over many key (query) blocks. In float32 the error stays that of
+    rounding P and dS once: normwise 2.4e-3 in bf16 (measured on an H200; the same in a float64
+    emulation). A running sum rounded to bf16 after each block adds a rounding per block: 9.6e-3
+    over 64 blocks (the interpreter's blocks of 16 at S = 1024), 1.35e-2 over 128 blocks of 64
+    (S = 8192 on a GPU), by the same emulation."""
+    shape = (1, 2, 8192, 64) if device == "cuda" else (1, 1, 1024, 64)
     q, k, v, do = _inputs(shape, 140, torch.bfloat16, device)
     got = _run(impl, q, k, v, do, False)
     want = _expected(ref, q, k, v, do, False)
     for name, g, w in zip(NAMES, got, want):
         err = ((g.double() - w).norm() / w.norm()).item()
-        if err > 8e-3:
+        if err > 6e-3:
             raise Mismatch(f"{name}: normwise relative error {err:.3g} at S={shape[2]}, allowed "
-                           f"8e-3 (one bf16 rounding is ~2.5e-3): a sum kept in bf16 across "
+                           f"6e-3 (rounding P and dS to bf16 once gives ~2.4e-3): a sum kept in bf16 across "
                            f"blocks. Keep acc, dq, dk and dv in float32 accumulators and cast once "
                            f"when storing (README: The backward)")
 
