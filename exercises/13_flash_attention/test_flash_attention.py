@@ -8,7 +8,7 @@ How close is close: each output element is a weighted sum of up to S terms, and 
 kernels round P (and dS) to the input dtype before their matmuls, as every FlashAttention does.
 Measured against the RMS of its (batch, head) slice that error does not grow with S (on an
 H200, 2026-11-26, bf16: normwise 2.0-2.5e-3 for o, dq, dk, dv at S from 333 to 16384,
-results/experiments/13_flash_attention.py --check). So each element is held to
+benchmarks/flash_attention.py --check). So each element is held to
 atol x max(RMS(slice), 0.02) x (1 + log2(S) / 8) + rtol x |expected| (the log term: fp32 sums
 of S terms in another order; the floor: where the exact gradient is 0, as dq and dk at S = 1,
 rounding still leaves ~1e-7 of the inputs' scale), and the whole tensor to a normwise bound of a

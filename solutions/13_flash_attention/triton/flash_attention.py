@@ -43,7 +43,7 @@ from torch.library import triton_op, wrap_triton
 LOG2E = 1.4426950408889634
 
 # Block sizes, warps and pipeline stages per (head dim, causal), for 16-bit inputs on Hopper
-# (sm_90). Chosen by results/experiments/13_flash_attention.py --sweep on an H200 (2026-11-26):
+# (sm_90). Chosen by benchmarks/flash_attention.py --sweep on an H200 (2026-11-26):
 # 9-10 configs per kernel at each benchmark case (README: "Measured"); the non-benchmarked
 # pairs take their head dim's. BLOCK_M must be a multiple of BLOCK_N in the forward and dQ
 # kernels (the causal diagonal is split in BLOCK_N steps), BLOCK_N of BLOCK_M in dK/dV.

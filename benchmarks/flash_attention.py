@@ -1,7 +1,7 @@
 """Exercise 13 (flash_attention): correctness at scale, a config sweep, the solution against every
 baseline, timed by CUDA-graph replay (GPU only).
 
-    python3 results/experiments/13_flash_attention.py [--check] [--sweep] [--base] [--final]
+    python3 benchmarks/flash_attention.py [--check] [--sweep] [--base] [--final]
                                                       [--out DIR] [--budget SECONDS]
 
 --check  the solution against the float64 reference (reference.exact) at large shapes
