@@ -72,6 +72,7 @@ def test_forward_matches_reference(impl, ref, device, assert_close, data, dtype,
     x, w, b, _ = _inputs(shape, seed, dtype, device)
     y = call_checked(impl.layernorm, x, w, b, eps, names=("x", "w", "b", "eps"))
     assert_close(y, ref.reference(x.double(), w.double(), b.double(), eps), dtype=dtype,
+                 atol_scale=rstd_scale(x, eps, centered=True),
                  shape=shape, eps=eps, seed=seed)
 
 
@@ -93,7 +94,8 @@ def test_rows_longer_than_a_block(impl, ref, exercise, device, assert_close, dty
         x, w, b, dy = _inputs(shape, 100 + i, dtype, device)
         y, got = _run(impl.layernorm, x, w, b, dy)
         y_ref, want = _expected(ref, x, w, b, dy)
-        assert_close(y, y_ref, dtype=dtype, shape=shape)
+        assert_close(y, y_ref, dtype=dtype, shape=shape,
+                     atol_scale=rstd_scale(x, EPS, centered=True))
         _grads_close(exercise, got, want, x=x, dtype=dtype, shape=shape)
 
 
@@ -110,7 +112,8 @@ def test_dw_db_over_many_rows(impl, ref, exercise, device, assert_close):
     dy = (x.float() + 3).to(torch.bfloat16)
     y, got = _run(impl.layernorm, x, w, b, dy)
     y_ref, want = _expected(ref, x, w, b, dy)
-    assert_close(y, y_ref, dtype=torch.bfloat16, shape=shape)
+    assert_close(y, y_ref, dtype=torch.bfloat16, shape=shape,
+                 atol_scale=rstd_scale(x, EPS, centered=True))
     try:
         _grads_close(exercise, got, want, x=x, dtype=torch.bfloat16, shape=shape, dy="x + 3")
     except Mismatch as e:
