@@ -94,4 +94,4 @@ def test_score_matrix_stored(variant):
         "        return o\n")]})
     msg = one_failure(failures(tree, "test_no_score_matrix_kept_for_the_backward"),
                       "test_no_score_matrix_kept_for_the_backward")
-    assert "recompute P in the backward" in msg, msg
+    assert "recompute P in the backward" in msg and "S x S matrix kept per call" in msg, msg
