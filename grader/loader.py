@@ -41,12 +41,17 @@ class Impl(SimpleNamespace):
         ns, name = qualname.split("::")
         return getattr(getattr(torch.ops, ns), name)
 
-    def opcheck(self, qualname: str, args: tuple, kwargs: dict | None = None) -> None:
+    def opcheck(self, qualname: str, args: tuple, kwargs: dict | None = None,
+                test_utils: tuple | None = None) -> None:
         import torch
         op = self.op(qualname)
         overload = op.default if hasattr(op, "default") else op
         try:
-            torch.library.opcheck(overload, tuple(args), dict(kwargs or {}))
+            if test_utils:
+                torch.library.opcheck(overload, tuple(args), dict(kwargs or {}),
+                                      test_utils=tuple(test_utils))
+            else:
+                torch.library.opcheck(overload, tuple(args), dict(kwargs or {}))
         except Exception as e:  # opcheck raises OpCheckError and others: say which test failed
             raise Mismatch(f"torch.library.opcheck({qualname}) failed: {type(e).__name__}: "
                            f"{str(e)[:1500]}") from None

@@ -228,7 +228,11 @@ def _explain(exc: BaseException, item) -> dict:
     message = str(exc) if not isinstance(exc, AssertionError) or str(exc) else "assertion failed"
     example, blob, notes = _hypothesis([n for n in getattr(exc, "__notes__", []) if n.strip()],
                                        item)
-    info = {"type": type(exc).__name__, "message": "\n".join(message.splitlines()[:40]),
+    lines = message.splitlines()
+    # a long message keeps its head and its end: a compiler's error (Triton's CompilationError
+    # prints the kernel's source first) says what went wrong in its last lines
+    shown = lines if len(lines) <= 40 else lines[:24] + ["    ..."] + lines[-15:]
+    info = {"type": type(exc).__name__, "message": "\n".join(shown),
             "notes": notes[:6]}
     if example:
         info["example"] = example

@@ -382,7 +382,8 @@ class RemoteImpl:
         return lambda *a, **kw: remote_call(self._session, ("op", qualname), a, kw,
                                             what=qualname)
 
-    def opcheck(self, qualname: str, args: tuple, kwargs: dict | None = None) -> None:
+    def opcheck(self, qualname: str, args: tuple, kwargs: dict | None = None,
+                test_utils: tuple | None = None) -> None:
         def conv(v):
             if not isinstance(v, torch.Tensor):
                 return v
@@ -392,7 +393,7 @@ class RemoteImpl:
         if any(isinstance(t, torch.Tensor) and t.is_cuda for t in seam.tensors_in(sent)):
             torch.cuda.synchronize()
         reply = self._session.request("opcheck", qualname=qualname, args=sent,
-                                      kwargs=dict(kwargs or {}))
+                                      kwargs=dict(kwargs or {}), test_utils=test_utils)
         if not reply.get("ok"):
             raise_remote(reply.get("error") or {})
 

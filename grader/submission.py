@@ -404,8 +404,8 @@ class SubmissionServer:
         detach = lambda v: v.detach() if isinstance(v, self.torch.Tensor) else v
         return {"value": self.seam.tree_map(detach, value)}
 
-    def do_opcheck(self, qualname, args, kwargs) -> dict:
-        self.impl.opcheck(qualname, args, kwargs)
+    def do_opcheck(self, qualname, args, kwargs, test_utils=None) -> dict:
+        self.impl.opcheck(qualname, args, kwargs, test_utils)
         return {}
 
     def _observed(self, fn, observe: bool, work: bool, on_gpu: bool):

@@ -128,6 +128,90 @@ def test_delegating_from_cpp_through_aten(variant, configure):
 
 # --- the checks and the results are out of the submission's reach ----------------------------
 
+# --- evidence made in the submission's process: rewritten, it is tampering ---------------------
+
+def test_replacing_what_the_evidence_rests_on_is_tampering(variant, fast):
+    """Three lines that replace opcheck, or the function that reports the ops and kernels seen,
+    in the submission's own process: seen by the server (bound before the submission ran),
+    reported as tampering (the track scores 0), and the source flagged for review."""
+    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport torch.library\n"
+        "torch.library.opcheck = lambda *a, **k: None\n"
+        "import grader.evidence as _e\n"
+        "_e.analyse = lambda events, allowed: {'ops': [], 'kernels': [], 'stream': None}\n"),
+        (ADD_DEF, ADD_DEF + "    return x + y\n")))
+    assert any("replaced torch.library.opcheck" in t for t in r.tampering), r.tampering
+    assert any("replaced grader.evidence.analyse" in t for t in r.tampering), r.tampering
+    assert s.total == 0
+    assert any("torch.library.opcheck = ..." in f for f in r.review), r.review
+    assert any("grader" in f for f in r.review), r.review
+
+
+def test_replacing_the_servers_procedure_handler_is_tampering(variant, fast):
+    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport grader.submission as _s\n"
+        "_s.SubmissionServer.do_run = lambda self, name, args: {'value': None}\n")))
+    assert any("replaced SubmissionServer.do_run" in t for t in r.tampering), r.tampering
+    assert s.total == 0
+
+
+def test_pytorch_on_a_second_thread_is_seen(variant, fast):
+    """x + y computed on another Python thread, beside one token Triton launch: the profiler
+    records every thread's ATen ops, not only the calling thread's."""
+    r, s = grade(v01(variant, (LAUNCH, LAUNCH + "    import threading\n"
+        "    box = []\n    t = threading.Thread(target=lambda: box.append(x + y))\n"
+        "    t.start(); t.join()\n    return box[0]\n")))
+    assert "aten::add" in failed(r)["your kernels do the work"], failed(r)
+    assert any("thread" in f for f in r.review), r.review
+
+
+def test_a_result_cached_by_pointer_is_caught_on_the_cpu(variant, fast, configure):
+    """Two calls on the same buffers, new values written in between (grader.proxy._Entry.twice):
+    a result kept by the inputs' pointers is the first call's answer, wrong for the second."""
+    configure(select="new_contents")
+    r, s = grade(v01(variant, (ADD_DEF, "_cache = {}\n\n\n" + ADD_DEF +
+        "    key = (x.data_ptr(), y.data_ptr(), x.numel())\n"
+        "    if key in _cache:\n        return _cache[key]\n"
+        "    _cache[key] = _add(x, y)\n    return _cache[key]\n\n\ndef _add(x, y):\n")))
+    assert "the second call" in failed(r)["test_new_contents_same_shapes"], failed(r)
+
+
+def test_an_undeclared_mutation_fails_on_the_cpu(variant, configure):
+    """08's in-place op without mutates_args: on the interpreter opcheck still runs its schema
+    test, which sees the write into `residual` the schema does not declare."""
+    configure(select="opcheck")
+    tree = variant("08_add_rmsnorm", "triton", {"add_rmsnorm.py": [(
+        '@triton_op("ex08_triton::add_rmsnorm_inplace", mutates_args=("residual",))',
+        '@triton_op("ex08_triton::add_rmsnorm_inplace", mutates_args=())')]})
+    r, s = grade(tree, "08")
+    assert "residual is not defined as mutable but was mutated" in failed(r)["test_opcheck"]
+
+
+def test_a_submission_cannot_signal_outside_its_sandbox(tmp_path):
+    """Landlock's signal scope (ABI 6+): the sandboxed process cannot kill the judge or the
+    grader (here: a process started before it), only what it starts itself."""
+    import signal
+    import sys
+    from grader.sandbox import close_filesystem, landlock_abi
+    if landlock_abi() < 6:
+        pytest.skip(f"Landlock ABI {landlock_abi()} has no signal scope (Linux 6.12+)")
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        code = subprocess.run([sys.executable, "-c", (
+            "import os, signal, sys\n"
+            f"sys.path.insert(0, {str(ROOT)!r})\n"
+            "from pathlib import Path\n"
+            "from grader.sandbox import close_filesystem\n"
+            f"print(close_filesystem([Path({str(tmp_path)!r})]))\n"
+            "try:\n"
+            f"    os.kill({victim.pid}, signal.SIGKILL)\n"
+            "except PermissionError:\n"
+            "    sys.exit(3)\n")], capture_output=True, text=True, timeout=60)
+        assert code.returncode == 3, code.stdout + code.stderr
+        assert "signals scoped to the sandbox" in code.stdout
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+
+
 def test_monkeypatching_the_checker_changes_nothing(variant, fast):
     r, s = grade(v01(variant, ("import torch\n", "import torch\nimport grader.check as _c\n"
         "_c.assert_close = lambda *a, **k: None\n_c.call_checked = lambda f, *a, **k: f(*a)\n"),
@@ -338,6 +422,13 @@ def test_a_patched_timer_is_overruled_by_the_wall_clock(variant, fast):
     r, s = grade(v01(variant, ("import torch\n", "import torch\nimport triton.testing as _tt\n"
         "_tt.do_bench = lambda fn, *a, quantiles=None, **k: (fn(), [0.001, 0.001, 0.001])[1]\n")),
         bench=True)
+    # the timer is one of what the evidence rests on (grader.submission._watched): replacing it
+    # is tampering, named, and the track scores 0; where it is not seen, the wall clock still
+    # overrules the figure
+    if r.tampering:
+        assert any("triton.testing.do_bench" in t for t in r.tampering), r.tampering
+        assert s.total == 0
+        return
     f = r.performance["figures"]["forward"]
     assert "wall-clock time is used" in " ".join(r.performance["warnings"])
     assert f["ms"] == f["wall_ms"] and f["fraction"] < 1.1

@@ -388,7 +388,9 @@ def _config(q, causal: bool) -> dict:
         return CPU
     if q.dtype in (torch.float32, torch.float64):
         return WIDE
-    return CONFIGS[(q.shape[-1], bool(causal))]
+    # int(): under torch.compile's dynamic shapes D is a SymInt, which a dict cannot hash; D is
+    # 64 or 128, so specializing on it costs nothing
+    return CONFIGS[(int(q.shape[-1]), bool(causal))]
 
 
 def _kind(q) -> dict:
