@@ -147,10 +147,13 @@ def test_replacing_what_the_evidence_rests_on_is_tampering(variant, fast):
 
 
 def test_replacing_the_servers_procedure_handler_is_tampering(variant, fast):
-    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport grader.submission as _s\n"
-        "_s.SubmissionServer.do_run = lambda self, name, args: {'value': None}\n")))
+    """The server runs as the submission's process's __main__ (python -m grader.submission): a
+    submission that reaches it there and replaces a handler is seen, and flagged for review."""
+    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport sys\n"
+        "sys.modules['__main__'].SubmissionServer.do_run = lambda self, name, args: "
+        "{'value': None}\n")))
     assert any("replaced SubmissionServer.do_run" in t for t in r.tampering), r.tampering
-    assert s.total == 0
+    assert s.total == 0 and any("__main__" in f or "sys.modules" in f for f in r.review), r.review
 
 
 def test_pytorch_on_a_second_thread_is_seen(variant, fast):
@@ -171,7 +174,10 @@ def test_a_result_cached_by_pointer_is_caught_on_the_cpu(variant, fast, configur
         "    key = (x.data_ptr(), y.data_ptr(), x.numel())\n"
         "    if key in _cache:\n        return _cache[key]\n"
         "    _cache[key] = _add(x, y)\n    return _cache[key]\n\n\ndef _add(x, y):\n")))
-    assert "the second call" in failed(r)["test_new_contents_same_shapes"], failed(r)
+    msg = failed(r)["test_new_contents_same_shapes"]
+    # the cached call computes nothing (no kernel of its own ran), or hands back a stale answer
+    assert ("second of two calls on the same buffers" in msg and "launched no" in msg) or \
+        "the second call" in msg, msg
 
 
 def test_an_undeclared_mutation_fails_on_the_cpu(variant, configure):
