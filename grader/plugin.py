@@ -38,6 +38,7 @@ NOT_IMPLEMENTED = re.compile(r"not implemented yet", re.I)
 record = None  # the Recorder, set in pytest_configure
 SESSION = None  # the submission's process (grader.proxy.Session), started once per judge
 PRESTARTED = None  # that process, if the judge started it before importing torch (grader.launch)
+PASSED = 0  # checks passed so far: a stub before any passed check is a starter
 OWN_WORK = "grader::own_work"  # the check that the submission's own kernels did the work
 CAPTURABLE = "grader::capturable"  # the check that one step can be captured in a CUDA graph
 
@@ -262,7 +263,11 @@ def pytest_runtest_makereport(item, call):
         report.grader = _explain(call.excinfo.value, item)
         if report.grader.get("not_implemented") and SESSION is not None:
             SESSION.stub_seen = True
-        if report.grader.get("crashed"):
+        if report.grader.get("not_implemented") and not PASSED and not current().select \
+                and not current().repro:
+            # a starter: nothing is written yet, so every other check would say the same
+            item.session.shouldstop = "not implemented yet (the other checks were not run)"
+        elif report.grader.get("crashed"):
             item.session.shouldstop = report.grader["message"]
         elif report.grader["sticky"]:
             item.session.shouldstop = ("the CUDA context broke (" +
@@ -271,8 +276,10 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_runtest_logreport(report):
+    global PASSED
     if not (report.when == "call" or report.failed or (report.skipped and report.when == "setup")):
         return
+    PASSED += report.when == "call" and report.passed
     event = {"event": "result", "test": report.nodeid, "outcome": report.outcome,
              "seconds": round(report.duration, 3)}
     if report.skipped:

@@ -81,8 +81,8 @@ def close_filesystem(roots: list[Path]) -> str:
         os.close(fd)
     signals = ("signals scoped to the sandbox" if abi >= 6 else
                "signals not scoped (Landlock ABI < 6: the kernel is older than Linux 6.12)")
-    return (f"Landlock ABI {abi}: writes allowed only under {', '.join(str(r) for r in roots)}; "
-            f"{signals}")
+    return (f"Landlock ABI {abi}: the submission may write only its scratch folder and its "
+            f"caches; {signals}")
 
 
 class Attempts:
