@@ -221,6 +221,7 @@ def install() -> bool:
 
     _install_bounds(ip, B)
     _install_scalars(ip)
+    _libdevice_on_the_interpreter(tl)
     setattr(B, _DONE, True)
     return True
 
@@ -373,3 +374,23 @@ def _install_bounds(ip, B) -> None:
         _check_bounds("tl.atomic_cas", ptr, None, self)
         return cas(self, ptr, cmp, val, sem, scope)
     B.create_atomic_rmw, B.create_atomic_cas = create_atomic_rmw, create_atomic_cas
+
+
+# libdevice functions with a tl.math twin: the interpreter has no libdevice (its stubs return
+# None, and a kernel then fails on its first store: Liger-Kernel's RMSNorm calls libdevice's
+# rsqrt), so each is made to call its twin there, looked up at call time (the interpreter swaps
+# tl.math's functions for its own while a kernel runs). On a GPU nothing here runs.
+_LIBDEVICE_TWINS = ("rsqrt", "sqrt", "sqrt_rn", "exp", "exp2", "log", "log2", "sin", "cos",
+                    "floor", "ceil", "erf", "fma", "div_rn", "abs")
+
+
+def _libdevice_on_the_interpreter(tl) -> None:
+    import importlib
+    for module in ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice"):
+        try:
+            lib = importlib.import_module(module)
+        except ImportError:
+            continue
+        for name in _LIBDEVICE_TWINS:
+            if hasattr(lib, name):
+                setattr(lib, name, (lambda n: lambda *a, **k: getattr(tl.math, n)(*a))(name))

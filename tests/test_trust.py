@@ -218,6 +218,23 @@ def test_a_submission_cannot_signal_outside_its_sandbox(tmp_path):
         victim.kill()
 
 
+@pytest.mark.parametrize("tree", ["review_fixtures/public", "public_kernels"])
+def test_public_kernels_are_not_accused(tree, configure):
+    """Correct public kernels as 06 submissions, with only the exercise's glue: a Liger-style
+    RMSNorm written from its documented algorithm, and Liger-Kernel's own (where the package is
+    installed). Their values pass, nothing is flagged for review, no delegation is alleged; what
+    their design does not offer (registration with the dispatcher, rows past Liger's 64K
+    columns) is not selected here."""
+    if tree == "public_kernels":
+        pytest.importorskip("liger_kernel", reason="Liger-Kernel is not installed here")
+    configure(select="forward_matches or backward_matches")
+    ex = EX["06"]
+    r = grade_track(ROOT / "tests" / tree, ex, ex.tracks["triton"])
+    assert not r.review and not r.tampering, (r.review, r.tampering)
+    assert not failed(r), dict(failed(r))
+    assert any(c.name == "your kernels do the work" and c.outcome == "passed" for c in r.checks)
+
+
 def test_monkeypatching_the_checker_changes_nothing(variant, fast):
     r, s = grade(v01(variant, ("import torch\n", "import torch\nimport grader.check as _c\n"
         "_c.assert_close = lambda *a, **k: None\n_c.call_checked = lambda f, *a, **k: f(*a)\n"),
