@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, strategies as st
 
 from grader import check
+from grader.testing import gradcheck_checked
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import expected_grads, value_and_grads
@@ -149,13 +150,14 @@ def test_rows_longer_than_a_block(impl, ref, exercise, device, assert_close, dty
 
 @pytest.mark.gradcheck
 @pytest.mark.parametrize("shape", [(13,), (4, 9), (2, 3, 6), (2, 600)], ids=str)
-def test_gradcheck(impl, device, shape):
+def test_gradcheck(impl, ref, device, shape):
     """torch.autograd.gradcheck in float64: the math must run in float64 too."""
     x = randn(shape, seed=7, dtype=torch.float64, device=device, scale=2.0).requires_grad_()
     # the long row checks a vector-Jacobian product only (fast_mode): 1200 columns of the
     # full Jacobian would take minutes on the CPU interpreter
-    torch.autograd.gradcheck(impl.softmax, (x,), eps=1e-6, atol=1e-5, rtol=1e-4,
-                             fast_mode=shape[-1] > 100)
+    gradcheck_checked(impl.softmax, (x,), names=("x",), reference=ref.reference, eps=1e-6,
+                      atol=1e-5, rtol=1e-4, fast_mode=shape[-1] > 100,
+                      hint="dx = y * (dy - sum(dy * y)) over each row")
 
 
 # --- properties and edge cases -----------------------------------------------------------------
