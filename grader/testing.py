@@ -21,6 +21,7 @@ Everything calls the submission only through `impl`: `impl.<entry>(...)`, `impl.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 
@@ -56,6 +57,21 @@ def _as_tuple(v):
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
+@contextlib.contextmanager
+def backward_stage():
+    """Around a backward whose forward already ran: a backward the learner has not written yet
+    ("... not implemented yet", as NotImplementedError from Python or RuntimeError from C++) is
+    reported as the next stage to start, not as a failure of the forward the check also tests."""
+    try:
+        yield
+    except (NotImplementedError, RuntimeError) as e:
+        msg = str(e).strip()
+        if "not implemented yet" not in msg or msg.startswith("start the backward"):
+            raise
+        raise NotImplementedError(f"start the backward: {msg.splitlines()[0]} (the forward ran; "
+                                  f"this check also needs the gradients)") from None
+
+
 def value_and_grads(fn, *args, wrt=(0,), dy):
     """(outputs, grads): `fn(*args)` with the inputs in `wrt` as fresh leaves, then backward.
 
@@ -73,7 +89,8 @@ def value_and_grads(fn, *args, wrt=(0,), dy):
             raise Mismatch(f"output {k} does not require grad although its inputs do: is the "
                            f"backward registered (autograd.Function / register_autograd) and does "
                            f"the entry point call the op that has it?")
-    torch.autograd.backward([o for o, _ in pairs], [d for _, d in pairs])
+    with backward_stage():
+        torch.autograd.backward([o for o, _ in pairs], [d for _, d in pairs])
     grads = []
     for i in wrt:
         if args[i].grad is None:
@@ -341,8 +358,9 @@ def gradcheck_checked(fn, inputs, *, names, outputs=None, reference=None, eps=1e
             raise Mismatch(f"the forward is wrong in float64 (before any gradient): {where}: "
                            f"fix the forward first (its own checks say more)")
     try:
-        torch.autograd.gradcheck(fn, tuple(inputs), eps=eps, atol=atol, rtol=rtol,
-                                 fast_mode=fast_mode)
+        with backward_stage():
+            torch.autograd.gradcheck(fn, tuple(inputs), eps=eps, atol=atol, rtol=rtol,
+                                     fast_mode=fast_mode)
     except GradcheckError as e:
         diff_pos = [k for k, a in enumerate(inputs)
                     if isinstance(a, torch.Tensor) and a.requires_grad]
