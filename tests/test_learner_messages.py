@@ -54,3 +54,48 @@ def test_gradcheck_locates_a_wrong_backward(variant, configure):
         assert "numerical" in msg and "analytical (your backward)" in msg, msg
         assert "check the backward's formula for dx: dx = y * (dy - sum(dy * y))" in msg, msg
         assert "tensor(" not in msg and len(msg.splitlines()) <= 4, msg
+
+
+# --- staged exercises: the forward alone passes the forward checks -------------------------------
+
+STAGED = [  # exercise, track, file, the backward's first line (a stub raises right after it)
+    ("06_rmsnorm", "triton", "rmsnorm.py",
+     "def _bwd_impl(dy, x, w, rstd, launch):\n"),
+    ("07_layernorm", "cuda", "layernorm.py",
+     "def _backward(ctx, dy, _dmean, _drstd):\n"),
+    ("08_add_rmsnorm", "triton", "add_rmsnorm.py",
+     "def _bwd_impl(dy, dh, h, w, rstd, launch):\n"),
+    ("10_layernorm_dropout", "triton", "layernorm_dropout.py",
+     "def _backward(dy, x, w, mean, rstd, p, seed, want_dwb):\n"),
+]
+
+
+@pytest.mark.parametrize("exercise,track,file,line", STAGED, ids=[s[0] for s in STAGED])
+def test_forward_only_passes_the_forward_checks(variant, configure, exercise, track, file, line):
+    """A learner who has written only the forward: its checks pass; those that need gradients
+    fail with "start the backward: ..." (not a forward hint, not a crash)."""
+    stub = "    raise NotImplementedError('the backward: not implemented yet')\n"
+    head, _, rest = line.partition("\n")
+    edit = (line, f"{head}\n{stub}{rest}") if rest else (line, line + stub)
+    tree = variant(exercise, track, {file: [edit]})
+    configure(select="test_forward_matches_reference or test_backward_matches_reference or "
+                     "test_gradcheck")
+    ex = discover(only=exercise[:2])[0]
+    result = grade_track(tree, ex, ex.tracks[track])
+    ok, bad = passed(result), failed(result)
+    assert any(n.startswith("test_forward_matches_reference") for n in ok), (ok, bad)
+    assert bad and not any(n.startswith("test_forward_matches_reference") for n in bad), bad
+    for name, msg in bad.items():
+        assert msg.startswith("start the backward: the backward: not implemented yet"), \
+            (name, msg)
+
+
+def test_no_device_check_says_check_the_device_first(variant, configure):
+    """02 without its device check: a CPU x reaches the device guard, whose error names no
+    argument; the message says to check the device first (from that error's text)."""
+    tree = variant("02_scale", "cuda", {"scale.cpp": [('  course::check_device(x, "x");\n', "")]})
+    configure(select="test_refuses_cpu_tensor")
+    ex = discover(only="02")[0]
+    found = failed(grade_track(tree, ex, ex.tracks["cuda"]))
+    msg = found.get("test_refuses_cpu_tensor", "")
+    assert "check the device first" in msg and 'check_device(x, "x")' in msg, found
