@@ -4,6 +4,8 @@ Every check that calls the kernel needs a GPU (the track has no CPU path); on a 
 they show "needs a GPU" and only test_refuses_cpu_tensor runs. Checks that can break the CUDA
 context (misaligned loads, indices past 2^31) come last, so a crash there costs only themselves.
 """
+import re
+
 import pytest
 import torch
 from hypothesis import given, strategies as st
@@ -222,6 +224,13 @@ def test_refuses_cpu_tensor(impl):
         message = expect_refusal(impl.scale, x, 2.0, argument="x")
     except (Mismatch, NotImplementedError) as e:  # the dispatcher raises NotImplementedError
         message = str(e)
+        if isinstance(e, Mismatch) and re.search(r"cuda device|CUDA|illegal memory|cudaError",
+                                                 message):
+            # the evidence: a device error from deeper in (the device guard, the launch, the
+            # allocator): x reached them unchecked
+            raise Mismatch(f"{message}\n  check the device first, before anything touches x: "
+                           f"course::check_device(x, \"x\") (or TORCH_CHECK(x.is_cuda(), \"x "
+                           f"must be a CUDA tensor\")) as scale()'s first line") from None
         if "Could not run" not in message:
             raise
     if "Could not run" in message:

@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, strategies as st
 
 from grader import check
+from grader.testing import gradcheck_checked
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import (compiled_matches, expected_grads, opcheck_samples, rstd_scale,
@@ -109,13 +110,16 @@ def test_dw_over_many_rows(impl, ref, device, assert_close, grads_close):
 
 @pytest.mark.gradcheck
 @pytest.mark.parametrize("shape", [(13,), (4, 9), (2, 3, 6)], ids=str)
-def test_gradcheck(impl, device, shape):
+def test_gradcheck(impl, ref, device, shape):
     """torch.autograd.gradcheck in float64, for x and w: the math must run in float64 too."""
     x = randn(shape, seed=7, dtype=torch.float64, device=device).requires_grad_()
     w = randn(shape[-1], seed=8, dtype=torch.float64, device=device, scale=0.5,
               offset=1.0).requires_grad_()
-    torch.autograd.gradcheck(lambda a, b: impl.rmsnorm(a, b, EPS), (x, w), eps=1e-6, atol=1e-5,
-                             rtol=1e-4)
+    gradcheck_checked(lambda a, b: impl.rmsnorm(a, b, EPS), (x, w), names=("x", "w"),
+                      reference=lambda a, b: ref.reference(a, b, EPS), eps=1e-6, atol=1e-5,
+                      rtol=1e-4, hint="with g = dy * w and xhat = x * rstd: dx = rstd * (g - xhat "
+                                      "* mean(g * xhat)) over the row; dw = the sum over rows of "
+                                      "dy * xhat")
 
 
 # --- properties and edge cases -----------------------------------------------------------------

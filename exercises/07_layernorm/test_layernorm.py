@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, strategies as st
 
 from grader import check
+from grader.testing import gradcheck_checked
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import (compiled_matches, expected_grads, opcheck_samples, rstd_scale,
@@ -139,12 +140,16 @@ def test_deterministic(impl, device):
 
 @pytest.mark.gradcheck
 @pytest.mark.parametrize("shape", [(13,), (4, 9), (2, 3, 6)], ids=str)
-def test_gradcheck(impl, device, shape):
+def test_gradcheck(impl, ref, device, shape):
     """torch.autograd.gradcheck in float64 for x, w and b: the math must run in float64 too."""
     x, w, b, _ = _inputs(shape, 7, torch.float64, device)
     args = tuple(t.requires_grad_() for t in (x, w, b))
-    torch.autograd.gradcheck(lambda a, c, d: impl.layernorm(a, c, d, EPS), args, eps=1e-6,
-                             atol=1e-5, rtol=1e-4)
+    gradcheck_checked(lambda a, c, d: impl.layernorm(a, c, d, EPS), args, names=("x", "w", "b"),
+                      reference=lambda a, c, d: ref.reference(a, c, d, EPS), eps=1e-6,
+                      atol=1e-5, rtol=1e-4,
+                      hint="with g = dy * w and xhat = (x - mean) * rstd: dx = rstd * (g - "
+                           "mean(g) - xhat * mean(g * xhat)) over the row; dw = the sum over rows "
+                           "of dy * xhat, db = the sum over rows of dy")
 
 
 @pytest.mark.parametrize("wrt", [(0,), (1, 2), (0, 2), (1,)], ids=lambda w: "grad of " +

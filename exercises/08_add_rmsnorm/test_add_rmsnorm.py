@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, strategies as st
 
 from grader import check
+from grader.testing import gradcheck_checked
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import (assert_all_close, compiled_matches, expected_grads, float64,
@@ -164,12 +165,15 @@ def test_dw_over_many_rows(impl, ref, exercise, device, all_close):
 
 @pytest.mark.gradcheck
 @pytest.mark.parametrize("shape", [(13,), (4, 9), (2, 3, 6)], ids=str)
-def test_gradcheck(impl, device, shape):
+def test_gradcheck(impl, ref, device, shape):
     """torch.autograd.gradcheck in float64, for x, residual and w, through both outputs."""
     x, r, w, _, _ = _inputs(shape, 7, torch.float64, device)
     args = tuple(t.requires_grad_() for t in (x, r, w))
-    torch.autograd.gradcheck(lambda a, b, c: impl.add_rmsnorm(a, b, c, EPS), args, eps=1e-6,
-                             atol=1e-5, rtol=1e-4)
+    gradcheck_checked(lambda a, b, c: impl.add_rmsnorm(a, b, c, EPS), args,
+                      names=("x", "residual", "w"), outputs=("y", "h (= x + residual)"),
+                      reference=lambda a, b, c: ref.reference(a, b, c, EPS), eps=1e-6, atol=1e-5,
+                      rtol=1e-4, hint="h = x + residual feeds both outputs: dh = the RMSNorm's dx "
+                                      "of dy plus the incoming dh, and dx = dresidual = dh")
 
 
 # --- the in-place form -------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import torch
 from hypothesis import given, strategies as st
 
 from grader import check
+from grader.testing import gradcheck_checked
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.testing import (expected_grads, kept_per_call, on_interpreter, rstd_scale, sum_tol,
@@ -191,8 +192,11 @@ def test_gradcheck(impl, device, shape):
     function of x, w and b, and the math must run in float64 too."""
     x, w, b, _ = _inputs(shape, 7, torch.float64, device)
     args = tuple(t.requires_grad_() for t in (x, w, b))
-    torch.autograd.gradcheck(lambda a, c, d: impl.layernorm_dropout(a, c, d, 0.3, 2024, EPS),
-                             args, eps=1e-6, atol=1e-5, rtol=1e-4)
+    gradcheck_checked(lambda a, c, d: impl.layernorm_dropout(a, c, d, 0.3, 2024, EPS), args,
+                      names=("x", "w", "b"), eps=1e-6, atol=1e-5, rtol=1e-4,
+                      hint="the backward applies the forward's mask (the same seed, the same "
+                           "element index) and its 1 / (1 - p) scale to dy first, then the "
+                           "layer norm's backward")
 
 
 # --- the mask: a function of (seed, element index), the same in the backward --------------------

@@ -23,6 +23,7 @@ import torch
 from hypothesis import given, strategies as st
 
 from grader import check
+from grader.testing import gradcheck_checked
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import randn, seeds
 from grader.testing import (compiled_matches, expected_grads, float64, opcheck_samples, sum_bound,
@@ -225,7 +226,7 @@ def test_long_k(impl, ref, device):
 
 @pytest.mark.gradcheck
 @pytest.mark.parametrize("shape", [(3, 2, 2), (1, 3, 2), (2, 1, 3), (2, 2, 1), (6, 5, 7)], ids=str)
-def test_gradcheck(impl, device, shape):
+def test_gradcheck(impl, ref, device, shape):
     """torch.autograd.gradcheck in float64 for A, B and bias (inputs chosen with |Z| >= 0.05,
     away from the kink). The full Jacobian on tiny shapes; a vector-Jacobian product
     (fast_mode) on the larger one."""
@@ -234,8 +235,10 @@ def test_gradcheck(impl, device, shape):
         if float((A @ B + bias).abs().min()) > 0.05:
             break
     args = tuple(t.clone().requires_grad_() for t in (A, B, bias))
-    torch.autograd.gradcheck(impl.linear_relu, args, eps=1e-6, atol=1e-6, rtol=1e-5,
-                             fast_mode=math.prod(shape) > 20)
+    gradcheck_checked(impl.linear_relu, args, names=("A", "B", "bias"), reference=ref.reference,
+                      eps=1e-6, atol=1e-6, rtol=1e-5, fast_mode=math.prod(shape) > 20,
+                      hint="with dZ = dY * (Z > 0): dA = dZ @ Bᵀ, dB = Aᵀ @ dZ, dbias = the sum "
+                           "of dZ over rows")
 
 
 # --- layouts --------------------------------------------------------------------------------------

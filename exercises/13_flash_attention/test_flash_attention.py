@@ -21,6 +21,7 @@ import torch
 from hypothesis import given, strategies as st
 
 from grader import check
+from grader.testing import gradcheck_checked
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import dtypes, randn, seeds
 from grader.testing import (compiled_matches, expected_grads, kept_per_call, on_interpreter,
@@ -150,12 +151,17 @@ def test_explicit_scale(impl, ref, exercise, device):
 @pytest.mark.gradcheck
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", [(1, 1, 5, 64), (1, 2, 19, 128)], ids=str)
-def test_gradcheck(impl, device, shape, causal):
+def test_gradcheck(impl, ref, device, shape, causal):
     """torch.autograd.gradcheck in float64 for q, k and v: the math must run in float64 too."""
     q, k, v, _ = _inputs(shape, 80, torch.float64, device, scale=0.5)
     args = tuple(t.requires_grad_() for t in (q, k, v))
-    torch.autograd.gradcheck(lambda a, b, c: impl.flash_attention(a, b, c, causal, None), args,
-                             eps=1e-6, atol=1e-6, rtol=1e-5, fast_mode=shape[-1] > 64)
+    gradcheck_checked(lambda a, b, c: impl.flash_attention(a, b, c, causal, None), args,
+                      names=("q", "k", "v"),
+                      reference=lambda a, b, c: ref.reference(a, b, c, causal, None), eps=1e-6,
+                      atol=1e-6, rtol=1e-5, fast_mode=shape[-1] > 64,
+                      hint="with P the probabilities (recomputed from q, k and the saved "
+                           "logsumexp), dP = dO @ vᵀ, dS = P * (dP - rowsum(dO * O)) * scale: dq "
+                           "= dS @ k, dk = dSᵀ @ q, dv = Pᵀ @ dO")
 
 
 # --- what FlashAttention must survive ----------------------------------------------------------
