@@ -11,6 +11,8 @@ import re
 
 import torch
 
+from grader.seam import shares_memory
+
 MAX_SHOWN = 5
 
 
@@ -311,14 +313,6 @@ def _precision_cause(g, e, bad, shape, dtype) -> str | None:
     return None
 
 
-def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
-        return False
-    sa, sb = a.untyped_storage(), b.untyped_storage()
-    a0, b0 = sa.data_ptr(), sb.data_ptr()
-    return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes()
-
-
 def call_checked(fn, *args, names=None, **kwargs):
     """Call `fn`; fail if it changed any tensor input or returned memory shared with one."""
     names = list(names or [f"argument {i}" for i in range(len(args))])
@@ -338,7 +332,7 @@ def call_checked(fn, *args, names=None, **kwargs):
     for o in outs:
         if isinstance(o, torch.Tensor):
             for name, t, _ in before:
-                if _shares_memory(o, t):
+                if shares_memory(o, t):
                     raise Mismatch(f"the output shares memory with input `{name}`: return a new "
                                    f"tensor (e.g. torch.empty_like) instead of the input or a "
                                    f"view of it")
