@@ -3,7 +3,7 @@ files written by the grader's own code (grader.gradescope over TrackResults), co
 `python -m grader batch --collect`, rendered in headless Chromium (installed with apt-get when
 missing), its table read back from the DOM, and a screenshot taken.
 
-GRADER_DASHBOARD_PNG=docs/dashboard.png keeps the screenshot (the one in the docs is made so).
+KEEP_DASHBOARD_PNG=docs/dashboard.png keeps the screenshot (the one in the docs is made so).
 """
 import csv
 import os
@@ -174,6 +174,6 @@ def test_the_dashboard_renders_and_shows_the_flags(tmp_path):
     shot = _browser(tmp_path, f"--screenshot={png}", "--window-size=1500,1420", page)
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", shot.stderr[-2000:]
     assert png.stat().st_size > 20_000  # a rendered page, not a blank one
-    keep = os.environ.get("GRADER_DASHBOARD_PNG")
+    keep = os.environ.get("KEEP_DASHBOARD_PNG")
     if keep:
         shutil.copy(png, ROOT / keep)

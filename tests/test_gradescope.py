@@ -20,6 +20,8 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from grader.settings import Settings
+
 from conftest import HAS_GPU, ROOT
 from grader.discover import discover
 from grader.gradescope import gradescope, junit, property_checks, visibility_arg
@@ -204,10 +206,10 @@ def _autograder(tmp_path, submission_from, env_extra=None):
     (root / "submission").mkdir(parents=True)
     shutil.copytree(submission_from, root / "submission" / "01_vector_add")
     (root / "source").symlink_to(ROOT)   # the autograder zip's contents: this repository
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "GRADER_PYTHON": sys.executable,
-           "GRADER_EXERCISE": "01", "GRADER_SELECT": "matches_reference or length_one",
-           "CI": "1"}
-    env.pop("GRADER_GPU_RUNNER", None)
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "COURSE_PYTHON": sys.executable,
+           "COURSE_EXERCISE": "01", "CI": "1",
+           **Settings(select="matches_reference or length_one").env()}
+    env.pop("COURSE_GPU_RUNNER", None)
     env.update(env_extra or {})
     p = subprocess.run(["bash", str(ROOT / "gradescope" / "run_autograder")], cwd=root, env=env,
                        capture_output=True, text=True, timeout=600)
@@ -235,7 +237,7 @@ def test_run_autograder_calls_the_courses_gpu_runner(tmp_path):
                       f"--submission \"$1\" --json \"$2\"\n")
     runner.chmod(0o755)
     res, out = _autograder(tmp_path / "a", ROOT / "solutions" / "01_vector_add",
-                           {"GRADER_GPU_RUNNER": str(runner)})
+                           {"COURSE_GPU_RUNNER": str(runner)})
     check_spec(res)
     assert "course's GPU runner" in out and res["output"].startswith("**Graded on a GPU")
     assert (tmp_path / "runner-args").read_text().strip() == str(tmp_path / "a" / "autograder"
@@ -244,7 +246,7 @@ def test_run_autograder_calls_the_courses_gpu_runner(tmp_path):
     broken.write_text("#!/bin/bash\necho 'no route to the GPU host' >&2\nexit 3\n")
     broken.chmod(0o755)
     res, out = _autograder(tmp_path / "b", ROOT / "solutions" / "01_vector_add",
-                           {"GRADER_GPU_RUNNER": str(broken)})
+                           {"COURSE_GPU_RUNNER": str(broken)})
     check_spec(res)
     assert "exit code 3" in out and res["output"].startswith("**The course's GPU runner failed")
     assert res["score"] == 6

@@ -7,7 +7,7 @@ configuration is read or changed, and tests running beside this one (pytest-xdis
 disturbed. The daemons are stopped at the end, also when the test fails.
 
 `python -m grader batch --slurm` grades four submissions of exercise 01 (Triton interpreter, the
-checks GRADER_SELECT names) in a job array; the test checks summary.csv, --collect while tasks
+checks Settings.select names) in a job array; the test checks summary.csv, --collect while tasks
 run, a resubmission (nothing left to grade), and an sbatch refusal shown as sbatch says it.
 """
 import csv
@@ -22,6 +22,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from grader.settings import Settings
 
 from conftest import ROOT
 
@@ -180,7 +182,7 @@ def _class(tmp_path, variant) -> Path:
 
 
 def _grader(cluster, *args, timeout=300):
-    env = {**cluster["env"], "GRADER_SELECT": SELECT, "CI": "1", "PYTHONPATH": str(ROOT)}
+    env = {**cluster["env"], **Settings(select=SELECT).env(), "CI": "1", "PYTHONPATH": str(ROOT)}
     p = subprocess.run([sys.executable, "-m", "grader", "batch", *args], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout + p.stderr
