@@ -42,6 +42,8 @@ every run, as in CI), so a red result is a real change and never noise.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -50,6 +52,7 @@ import pytest
 from conftest import HAS_GPU, ROOT, make_variant
 from grader.discover import discover
 from grader.grade import grade_track
+from grader.launch import child_env
 from grader.results import Check, TrackResult
 
 DECLARED = sorted((ROOT / "exercises").glob("*/wrong/*.toml"))
@@ -149,10 +152,21 @@ def _check_spec(spec, bad):
 
 # --- comparing a grade with what was expected --------------------------------------------------
 
+def _names(name: str, key: str, device: str = DEVICE) -> bool:
+    """Whether `key` (a check, one instance, or an id's start) names the check `name`."""
+    key = key.replace("{device}", device)
+    return name == key or name.startswith(key + "[") or ("[" in key and name.startswith(key))
+
+
 def _instances(result, key: str) -> list:
-    key = key.replace("{device}", DEVICE)
-    return [c for c in result.checks if c.name == key or c.name.startswith(key + "[")
-            or ("[" in key and c.name.startswith(key))]
+    return [c for c in result.checks if _names(c.name, key)]
+
+
+def _keys(expect: dict) -> list[str]:
+    """Every check an expectation names."""
+    return [*expect.get("failed", {}), *expect.get("crashed", {}), *expect.get("if_failed", {}),
+            *expect.get("not_failed", []), *expect.get("passed", []),
+            *expect.get("caught", {}).get("checks", [])]
 
 
 def _holds(message: str, needle) -> bool:
@@ -239,12 +253,17 @@ def _what_happened(result) -> str:
 
 # --- the tests ---------------------------------------------------------------------------------
 
+def _raw(path: Path) -> dict:
+    """The file's fields, unchecked (test_declaration_is_valid checks them): {} if unreadable."""
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError:
+        return {}
+
+
 def _param(path: Path, graded: bool):
     """One declaration as a test parameter; graded, one that needs a GPU is marked `gpu`."""
-    try:
-        gpu = tomllib.loads(path.read_text()).get("gpu", False) is True
-    except tomllib.TOMLDecodeError:
-        gpu = False  # test_declaration_is_valid says what is wrong with it
+    gpu = _raw(path).get("gpu", False) is True
     return pytest.param(path, id=f"{path.parent.parent.name}/{path.stem}",
                         marks=[pytest.mark.gpu] if gpu and graded else [])
 
@@ -259,6 +278,24 @@ def test_declaration_is_valid(path, tmp_path):
     variant's too: nothing is graded here)."""
     decl = Declaration(path)
     decl.build(tmp_path)
+
+
+@pytest.mark.parametrize("exercise, track", sorted({(p.parent.parent.name, str(_raw(p).get("track")))
+                                                     for p in DECLARED}))
+def test_declared_checks_exist(exercise, track):
+    """Every check an expectation names is one the exercise has (on some device): a renamed
+    check shows here, not only when the variant is graded (on a GPU, for some)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "grader.plugin", f"exercises/{exercise}", "--tree",
+         "solutions", "--track", track, "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    names = [line.split("::", 1)[1] for line in out.stdout.splitlines() if "::" in line]
+    assert names, out.stdout[-3000:] + out.stderr[-3000:]
+    names.append("your kernels do the work")  # the grader's own check, beside the exercise's
+    unknown = [f"{p.name}: {key}" for p in DECLARED if p.parent.parent.name == exercise
+               if _raw(p).get("track") == track for decl in [Declaration(p)] for key in _keys(decl.expect)
+               if not any(_names(n, key, dev) for n in names for dev in ("cpu", "cuda"))]
+    assert not unknown, f"checks {exercise} [{track}] does not have: {unknown}"
 
 
 @pytest.mark.parametrize("path", [_param(p, graded=True) for p in DECLARED])
