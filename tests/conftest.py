@@ -29,28 +29,33 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def make_variant(tree: Path, exercise: str, track: str, edits: dict) -> Path:
+    """Copy solutions/<exercise>/<track> into `tree` and apply `edits` ({file: [(old, new)]},
+    each `old` replaced once): a known-bad submission. Each `old` must occur in the solution, so
+    a changed solution fails loudly here, naming what is missing."""
+    src = ROOT / "solutions" / exercise / track
+    dst = tree / exercise / track
+    shutil.copytree(src, dst)
+    for name, pairs in edits.items():
+        text = (dst / name).read_text()
+        for old, new in pairs:
+            assert old in text, f"{old!r} not in solutions/{exercise}/{track}/{name}"
+            text = text.replace(old, new, 1)
+        (dst / name).write_text(text)
+    return tree
+
+
 @pytest.fixture
 def variant(tmp_path):
     """A copy of one solution track with text substitutions: a known-bad submission.
 
     variant("01_vector_add", "triton", {"vector_add.py": [(old, new), ...]}) -> tree path.
-    Each `old` must occur in the solution, so a changed solution fails loudly here.
     """
     made = []
 
     def make(exercise: str, track: str, edits: dict) -> Path:
         made.append(exercise)
-        tree = tmp_path / f"tree{len(made)}"
-        src = ROOT / "solutions" / exercise / track
-        dst = tree / exercise / track
-        shutil.copytree(src, dst)
-        for name, pairs in edits.items():
-            text = (dst / name).read_text()
-            for old, new in pairs:
-                assert old in text, f"{old!r} not in solutions/{exercise}/{track}/{name}"
-                text = text.replace(old, new, 1)
-            (dst / name).write_text(text)
-        return tree
+        return make_variant(tmp_path / f"tree{len(made)}", exercise, track, edits)
     return make
 
 

@@ -6,7 +6,7 @@ except that where y / scale lies within float32 rounding error of a half-integer
 difference of 1 is accepted: there float32 math may legitimately land on either side. Nowhere
 else may q differ. The scale is compared like any fp32 output.
 
-The seeds' version of this kernel has four bugs (tests/test_ex09_rmsnorm_quant.py has each):
+The seeds' version of this kernel has four bugs (wrong/ has each):
   truncation instead of rounding   test_q_matches_reference (and every q check): "rounded toward
                                    zero (truncated)"
   0 / 0 on an all-zero row         test_all_zero_rows: "divides by zero"
