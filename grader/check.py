@@ -229,7 +229,10 @@ def _column_or_row_cause(g, e, bad, shape, ok) -> str | None:
     cols = torch.unique(bad % cols_n)
     rows = torch.unique(bad // cols_n)
     rows_n = n // cols_n
-    if cols.numel() < cols_n and rows.numel() >= max(2, min(rows_n, 2 * cols.numel())):
+    # a column pattern is evidence only where the wrong elements fill those columns (most rows
+    # of each): scattered rounding errors touch many rows and many columns, but sparsely
+    dense = bad.numel() >= 0.9 * rows.numel() * cols.numel()
+    if dense and cols.numel() < cols_n and rows.numel() >= max(2, min(rows_n, 2 * cols.numel())):
         where = (f"every row is wrong in the same {cols.numel()} of {cols_n} columns"
                  if rows.numel() == rows_n else
                  f"the wrong elements, in {rows.numel()} rows, all lie in {cols.numel()} of "
