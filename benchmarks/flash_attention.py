@@ -1,5 +1,4 @@
-"""Exercise 13 (flash_attention): correctness at scale, a config sweep, the solution against every
-baseline, timed by CUDA-graph replay (GPU only).
+"""Flash attention: exercise 13's solution at scale against float64, a sweep of its block configs, and the solution against every baseline, timed by CUDA-graph replay. On a GPU machine, from the repository root: `python3 benchmarks/flash_attention.py --check --final --base`.
 
     python3 benchmarks/flash_attention.py [--check] [--sweep] [--base] [--final]
                                                       [--out DIR] [--budget SECONDS]
