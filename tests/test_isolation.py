@@ -62,7 +62,8 @@ def test_strided_input_read_as_contiguous_is_named(variant):
     r = grade01(variant("01_vector_add", "triton", {"vector_add.py": [
         ("        if not t.is_contiguous():", "        if False:")]}))
     msg = failures(r)["test_strided_input_handled_or_refused"].message
-    assert re.search(r"likely cause: `x` was a strided view \(shape \(\d+,\), strides \([23],\)\)",
+    assert re.search(r"likely cause: the output is wrong when `x` is a strided view \(shape "
+                     r"\(\d+,\), strides \([23],\)\)",
                      msg), msg
     assert "tail" not in msg
 
@@ -83,7 +84,9 @@ def test_unwritten_tail(variant):
     r = grade01(variant("01_vector_add", "triton",
                         {"vector_add.py": [("mask = offsets < n", "mask = offsets < n - 1")]}))
     msg = failures(r)["test_matches_reference"].message
-    assert "written (outputs start as NaN)" in msg
+    # the evidence: the element still holds the exact NaN fresh outputs are filled with
+    assert ("never written" in msg or "no element was written" in msg) and \
+        "the NaN fresh outputs start with" in msg, msg
 
 
 def test_mutated_input(variant):

@@ -375,7 +375,10 @@ def test_nan_and_inf_never_pass(variant, fast):
 
 def test_low_precision_math(variant, fast):
     r, s = grade(v01(variant, (KERNEL_ADD, "out = x.to(tl.float16) + y.to(tl.float16)")))
-    assert "small errors everywhere" in failed(r)["test_matches_reference"]
+    msg = failed(r)["test_matches_reference"]
+    # bf16 inputs beyond fp16's range overflow in fp16 (inf), or values round to fp16's grid:
+    # either way the message says to compute in float32
+    assert "compute in float32" in msg or "16-bit" in msg, msg
 
 
 def test_returning_something_else(variant, fast):
