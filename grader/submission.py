@@ -178,6 +178,12 @@ class SubmissionServer:
                   if Path(f.filename).resolve().is_relative_to(tree)]
         info = {"type": type(e).__name__, "message": str(e)[:6000],
                 "notes": [str(n) for n in getattr(e, "__notes__", [])][:6]}
+        # what raised underneath (a Triton CompilationError says where, its cause says what)
+        cause, seen = e.__cause__ or e.__context__, 0
+        while cause is not None and seen < 3:
+            first = (str(cause).strip().splitlines() or [""])[-1][:400]
+            info["notes"].append(f"caused by {type(cause).__name__}: {first}")
+            cause, seen = cause.__cause__ or cause.__context__, seen + 1
         if frames:
             info["where"] = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}"
         for base in (NotImplementedError, ValueError, TypeError, IndexError, AssertionError,
