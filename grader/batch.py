@@ -43,8 +43,11 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from grader.dashboard import render
 from grader.discover import discover
+from grader.gradescope import VISIBILITY
 from grader.paths import ROOT, tree_caches
+from grader.sandbox import landlock_available
 
 FIELDS = ["submission", "exercise", "track", "points", "max_points", "tampering", "delegation",
           "needs_review", "host_bound", "crashed", "failed", "not_run", "gpu_us", "error"]
@@ -245,7 +248,6 @@ class Batch:
         self.visibility = list(visibility or ())
         self.exercises = discover(only=exercise)
         self.slots = gpu_slots(workers)
-        from grader.sandbox import landlock_available
         self.sandboxed = landlock_available()
         if not self.sandboxed:
             # without Landlock a submission's write into the repository is found by hash after
@@ -365,7 +367,6 @@ def collect(out: Path, log=print) -> list[dict]:
             err = "not graded yet"
         rows.append({**{k: "" for k in FIELDS}, "submission": name, "points": 0, "error": err})
     _write_atomic(out / "summary.csv", _csv(rows))
-    from grader.dashboard import render
     _write_atomic(out / "index.html", render(out, results, rows))
     if log:
         graded = len(results)
@@ -393,7 +394,6 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def add_arguments(batch) -> None:
     """`python -m grader batch`'s options (grader.__main__; --slurm goes to grader.slurm)."""
-    from grader.gradescope import VISIBILITY
     batch.add_argument("submissions", nargs="?", help="a folder of submissions: trees shaped "
                                                       "like starter/, or .zip files of one")
     batch.add_argument("--out", help="per submission results.json, junit.xml and output.txt; "

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 from grader.baselines import baseline_fns, time_baselines
+from grader.benchdoc import bench_markdown, bench_plot, write_bench_section
+from grader.benchdoc import commit, now
 from grader.launch import start_judge, wait_judge
 from grader.measure import figures_for, time_submission
 from grader.paths import CEILINGS
@@ -164,7 +166,6 @@ def _meta(tree: Path) -> dict:
     import shlex
     import sys
     import torch
-    from grader.benchdoc import commit, now
     return {"device": torch.cuda.get_device_name(), "torch": str(torch.__version__),
             "triton": __import__("triton").__version__, "date": now(), "commit": commit(),
             "command": shlex.join(["python", "-m", "grader", *sys.argv[1:]]),
@@ -188,7 +189,6 @@ def merged(previous: dict | None, results: list) -> list:
 def write_bench(out_dir: Path, tree: Path, results: list) -> str:
     """bench.json (this run's rows merged into the earlier ones), the plot, and the "bench"
     section of out_dir/performance.md; returns that section's tables."""
-    from grader.benchdoc import bench_markdown, bench_plot, write_bench_section
     path = out_dir / "bench.json"
     try:
         previous = json.loads(path.read_text())

@@ -20,8 +20,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.aot import aot_dir, build_aot
+from grader.build_errors import BuildError
 from grader.discover import Exercise, Track
+from grader.gradescope import gradescope, junit, write_json
 from grader.paths import DURATIONS, ROOT
+from grader.report import feedback, machine, scorecard
 from grader.results import TrackResult
 from grader.sandbox import landlock_available
 from grader.score import Score, score
@@ -173,8 +177,6 @@ def _build_ahead(tree, ex, t, progress) -> None:
     """With --build aot, build the track's library here, before its checks: the submission's
     process then only loads the binary (it may not write the AOT folder). A failed build is
     recorded beside it, and that process reports it as the track's build failure."""
-    from grader.aot import aot_dir, build_aot  # only --build aot needs it
-    from grader.build_errors import BuildError
     try:
         m = build_aot(tree, ex, t)
     except BuildError:
@@ -244,8 +246,6 @@ def write_reports(grade: Grade, *, full: bool, repro: str | None = None, json_pa
                   junit_path=None, visibility=()) -> str:
     """The last step: the scorecard and feedback a learner reads (returned; grader.report), and
     the files asked for, Gradescope's results.json and JUnit XML (grader.gradescope)."""
-    from grader.gradescope import gradescope, junit, write_json  # imported by this step only
-    from grader.report import feedback, machine, scorecard
     rel = grade.tree.relative_to(ROOT) if grade.tree.is_relative_to(ROOT) else grade.tree
     table = scorecard(grade.rows, title=f"Scorecard for {rel}  ({machine(grade.gpu)})")
     notes = [n for n in (feedback(ex, r, s, full=full) for ex, r, s in grade.rows) if n]

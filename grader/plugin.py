@@ -21,11 +21,13 @@ import pytest
 import torch
 
 from grader import check
+from grader.cases import dy_for, fresh_seed, make_inputs
 from grader.discover import load_exercise
 from grader.paths import ROOT
 from grader.proxy import RemoteImpl, Session, SubmissionDied, sanitizer_findings
 from grader.reference import load_reference
 from grader.results import Recorder
+from grader.seam import transfer_copy, tree_map
 from grader.settings import current
 from grader.trust import poison_fresh_memory
 
@@ -307,8 +309,6 @@ def _record_capturable(s) -> None:
     process. A host synchronization, .item(), a copy to the CPU, an allocation outside PyTorch's
     allocator or work on another stream fails it, with the reason and the line."""
     import torch
-    from grader.cases import dy_for, fresh_seed, make_inputs
-    from grader.seam import transfer_copy, tree_map
     b = s.exercise.benchmark
     if s.dead is not None or not s.ok_calls:
         record(event="result", test=CAPTURABLE, outcome="failed", type="NotRun",
