@@ -19,7 +19,7 @@ TEST_JOBS ?= auto
 
 # Use a python3 that already has everything (the GPU machines: no network, nothing to
 # install); otherwise make .venv from requirements.txt once.
-NEEDS := import torch, triton, numpy, pytest, hypothesis, pytest_timeout; assert torch.version.cuda
+NEEDS := import torch, triton, numpy, pytest, hypothesis, pytest_timeout, rich; assert torch.version.cuda
 ifeq ($(shell python3 -c "$(NEEDS)" >/dev/null 2>&1 && echo yes),yes)
   PY := python3
   SETUP :=
