@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -52,7 +53,11 @@ def now() -> str:
 
 def commit() -> str:
     """The checked-out commit, '+changes' when tracked files differ from it: a figure names the
-    code it measured. 'unknown' outside a git checkout (a copied tree)."""
+    code it measured. 'unknown' outside a git checkout (a copied tree). A copy whose .git is
+    not its own (a remote GPU machine given the working tree and an older .git) names its
+    commit in BENCH_COMMIT instead: git there would name the older one."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     def git(*args):
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
                               timeout=30)

@@ -182,3 +182,12 @@ def test_bench_rows_without_a_commit_are_flagged_as_the_old_method(tmp_path):
     data["exercises"][0]["measured"] = new
     write_bench_section(tmp_path / "p.md", data)
     assert "note" not in read_sections(tmp_path / "p.md")["bench"][0]
+
+
+def test_class_grading_dry_run_prints_one_batch_per_shard_and_exercise():
+    out = subprocess.run([sys.executable, "benchmarks/class_grading.py", "--exercise", "01,05",
+                          "--shards", "2", "--dry-run"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert len(out) == 4
+    assert all("-m grader batch CLASS/shard-" in line for line in out)
+    assert sum("--exercise 05" in line for line in out) == 2
