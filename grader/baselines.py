@@ -149,15 +149,10 @@ def baseline_times(exercise, ref, mode, fns) -> dict:
     grading run (Settings.run_cache, a folder of the run's): the tracks of one exercise are held
     to the same baseline figures, timed once. The judge writes both caches; the submission's
     process cannot."""
-    import torch
     b = exercise.benchmark
-    folder = BASELINES if current().quick else current().run_cache
-    if not folder:
+    path = _cached_at(exercise, mode, fns)
+    if path is None:
         return time_baselines(exercise, ref, b.case, mode, fns)
-    key = json.dumps([torch.cuda.get_device_name(), torch.__version__, exercise.id, b.case, mode,
-                      b.dtype, sorted(fns), hashlib.sha256(
-                          (exercise.dir / "reference.py").read_bytes()).hexdigest()])
-    path = Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
     try:
         cached = json.loads(path.read_text())
         if current().quick:
@@ -173,6 +168,20 @@ def baseline_times(exercise, ref, mode, fns) -> dict:
     return out
 
 
+def _cached_at(exercise, mode, names) -> Path | None:
+    """Where baseline_times keeps the figures of (exercise, mode): QUICK's folder, the run's,
+    or None (measure, keep nothing)."""
+    import torch
+    b = exercise.benchmark
+    folder = BASELINES if current().quick else current().run_cache
+    if not folder:
+        return None
+    key = json.dumps([torch.cuda.get_device_name(), torch.__version__, exercise.id, b.case, mode,
+                      b.dtype, sorted(names), hashlib.sha256(
+                          (exercise.dir / "reference.py").read_bytes()).hexdigest()])
+    return Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+
+
 def prepare_performance(exercise) -> tuple:
     """What grade_performance needs that runs on the CPU alone: the reference and the baselines'
     callables (creating a torch.compile'd one imports dynamo and Inductor, seconds). A timing
@@ -180,8 +189,10 @@ def prepare_performance(exercise) -> tuple:
     launches a kernel)."""
     import torch
     ref = load_reference(exercise)
-    if current().quick:  # the baselines' times are likely cached: no compile
-        return ref, baseline_fns(exercise, ref, lazy=True)
+    lazy = baseline_fns(exercise, ref, lazy=True)
+    if current().quick or all((p := _cached_at(exercise, m, lazy)) is not None and p.is_file()
+                              for m in exercise.benchmark.modes):
+        return ref, lazy  # the baselines' times are (likely) cached: no compile
     fns = baseline_fns(exercise, ref)
     torch._dynamo.reset()
     return ref, fns

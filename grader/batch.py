@@ -48,6 +48,7 @@ from grader.discover import discover
 from grader.gradescope import VISIBILITY
 from grader.paths import ROOT, tree_caches
 from grader.sandbox import landlock_available
+from grader.settings import from_environment
 
 FIELDS = ["submission", "exercise", "track", "points", "max_points", "tampering", "delegation",
           "needs_review", "host_bound", "crashed", "failed", "not_run", "gpu_us", "error"]
@@ -183,14 +184,16 @@ def _timeout(exercises, bench: bool) -> float:
 
 def grade_submission(name: str, path: Path, out: Path, *, exercise=None, bench=True, build=None,
                      visibility=(), slot: str | None = None, jobs: int = 1,
-                     exercises=None) -> tuple[bool, float, str]:
+                     exercises=None, yardstick: str | None = None) -> tuple[bool, float, str]:
     """Grade one submission into out/<name>/ with `python -m grader grade` in a process of its
-    own: (graded, seconds, a note for the log). results.json appears last, and whole."""
+    own: (graded, seconds, a note for the log). results.json appears last, and whole.
+    `yardstick`: a folder of baseline figures shared by every submission graded on this GPU
+    (grader.baselines.baseline_times: measured by the first, by a judge)."""
     exercises = exercises if exercises is not None else discover(only=exercise)
     dest = out / name
     dest.mkdir(parents=True, exist_ok=True)
-    final, partial = dest / "results.json", dest / "results.json.partial"
-    for f in (final, partial, dest / "error.txt"):
+    final, failed = dest / "results.json", dest / "results.json.failed"
+    for f in (final, failed, dest / "error.txt"):
         f.unlink(missing_ok=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="grader-batch-") as tmp:
@@ -204,7 +207,7 @@ def grade_submission(name: str, path: Path, out: Path, *, exercise=None, bench=T
             (dest / "error.txt").write_text(f"could not read {path.name}: {e}\n")
             return False, time.perf_counter() - start, f"could not read {path.name}: {e}"
         cmd = [sys.executable, "-m", "grader", "grade", "--submission", str(tree),
-               "--json", str(partial), "--junit", str(dest / "junit.xml"), "--jobs", str(jobs)]
+               "--json", str(final), "--junit", str(dest / "junit.xml"), "--jobs", str(jobs)]
         if exercise:
             cmd += ["--exercise", exercise]
         if not bench:
@@ -216,6 +219,8 @@ def grade_submission(name: str, path: Path, out: Path, *, exercise=None, bench=T
         env = dict(os.environ)
         if slot is not None:
             env["CUDA_VISIBLE_DEVICES"] = slot
+        if yardstick:
+            env.update(from_environment().replace(run_cache=yardstick).env())
         env["PYTHONPATH"] = os.pathsep.join(
             [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         limit = _timeout(exercises, bench)
@@ -230,10 +235,14 @@ def grade_submission(name: str, path: Path, out: Path, *, exercise=None, bench=T
             for folder in tree_caches(tree):
                 shutil.rmtree(folder, ignore_errors=True)
     seconds = time.perf_counter() - start
-    if code == 0 and partial.is_file():
-        results = json.loads(partial.read_text())
-        os.replace(partial, final)  # last: a results.json is always a whole one
+    # the grade writes results.json whole (renamed into place) as its last report; one that
+    # then failed is moved aside, so that a results.json always means "graded" (a resumed batch
+    # skips exactly those) and output.txt names the file the learner gets
+    if code == 0 and final.is_file():
+        results = json.loads(final.read_text())
         return True, seconds, f"{results.get('score', 0):g} points"
+    if final.is_file():
+        os.replace(final, failed)
     why = (f"stopped after {limit:.0f} s" if code is None else f"exit code {code}")
     tail = (dest / "output.txt").read_text(errors="replace")[-3000:]
     (dest / "error.txt").write_text(f"grading failed ({why}); the end of output.txt:\n{tail}")
@@ -298,13 +307,21 @@ class Batch:
                 mine.slot = free.pop()
 
         jobs = max(1, (os.cpu_count() or 2) // 4 // len(self.slots))
+        # One yardstick per GPU for the whole batch: the baselines (PyTorch's code, not the
+        # learner's) are compiled and timed once, by the first submission's judge, and every
+        # other submission on that GPU is compared with the same figures, so two students'
+        # points never differ by the baselines' noise, and a grade skips ~10-20 s of compiling
+        # and timing them. Kept for this batch only: another day may be another GPU or torch.
+        sticks = tempfile.TemporaryDirectory(prefix="grader-yardstick-")
 
         def one(name, path):
             try:
                 return mine.slot, *grade_submission(
                     name, path, self.out, exercise=self.exercise, bench=self.bench,
                     build=self.build, visibility=self.visibility, slot=mine.slot, jobs=jobs,
-                    exercises=self.exercises)
+                    exercises=self.exercises,
+                    yardstick=str(Path(sticks.name) / f"gpu-{mine.slot}")
+                    if self.sandboxed and mine.slot is not None else None)
             except Exception as e:  # this submission only: the others go on
                 return mine.slot, False, 0.0, f"{type(e).__name__}: {e}"
 
@@ -318,6 +335,7 @@ class Batch:
                     failed.append(name)
                 self.log(f"[{name}] {'graded' if ok else 'FAILED'} in {seconds:.0f} s"
                          f"{' on GPU ' + slot if slot is not None else ''}: {note}")
+        sticks.cleanup()
         return failed
 
 

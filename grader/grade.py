@@ -84,8 +84,9 @@ def grade(sub: Submission, progress=None) -> Grade:
         with tempfile.TemporaryDirectory(prefix="grader-run-") as run_cache:
             if bench and not settings.quick and landlock_available():
                 # the tracks of one exercise share one baseline measurement (the judge writes
-                # it; a sandboxed submission cannot): grader.baselines.baseline_times
-                settings = settings.replace(run_cache=run_cache)
+                # it; a sandboxed submission cannot): grader.baselines.baseline_times. A batch
+                # passes its own folder: the whole class on one GPU shares one measurement
+                settings = settings.replace(run_cache=settings.run_cache or run_cache)
             warm = [warming.submit(_warm, tree, ex, gpu, settings) for ex in sub.exercises
                     if bench and ex.benchmark]
             ahead = bench and landlock_available()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 from pathlib import Path
 
 from grader.discover import Exercise
@@ -325,5 +326,9 @@ def junit(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: float) ->
 
 
 def write_json(path: Path, data: dict) -> None:
+    """Whole or not at all: written beside, then renamed (a reader, or a batch resuming after a
+    stop, never sees half a results.json)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)

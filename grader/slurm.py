@@ -20,6 +20,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from grader.batch import (_folders, _timeout, collect, find_submissions, grade_s
                           write_manifest)
 from grader.discover import discover
 from grader.paths import ROOT
+from grader.sandbox import landlock_available
 
 MAX_TASKS = 256   # array tasks by default: one per submission up to this (a cluster's
 #                   MaxArraySize is 1001 by default; fewer, longer tasks queue less)
@@ -120,6 +122,8 @@ def task(job: Path, index: int) -> int:
     cpus = int(os.environ.get("SLURM_CPUS_PER_TASK") or os.environ.get("SLURM_CPUS_ON_NODE")
                or os.cpu_count() or 2)
     failed = 0
+    # the task's one GPU: its shard shares one baseline measurement (grader.batch.Batch.grade)
+    sticks = tempfile.TemporaryDirectory(prefix="grader-yardstick-")
     print(f"task {index} of job {os.environ.get('SLURM_ARRAY_JOB_ID', '?')} on "
           f"{os.uname().nodename} (CUDA_VISIBLE_DEVICES="
           f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): {len(shard)} submission(s)",
@@ -132,11 +136,13 @@ def task(job: Path, index: int) -> int:
             ok, seconds, note = grade_submission(
                 name, path, out, exercise=settings["exercise"], bench=settings["bench"],
                 build=settings["build"], visibility=settings["visibility"], slot=None,
-                jobs=max(1, cpus // 4), exercises=exercises)
+                jobs=max(1, cpus // 4), exercises=exercises,
+                yardstick=sticks.name if landlock_available() else None)
         except Exception as e:  # this submission only: the shard goes on
             ok, seconds, note = False, 0.0, f"{type(e).__name__}: {e}"
         failed += not ok
         print(f"[{name}] {'graded' if ok else 'FAILED'} in {seconds:.0f} s: {note}", flush=True)
+    sticks.cleanup()
     collect(out)
     return 1 if failed else 0
 
