@@ -184,11 +184,22 @@ def build(tree: Path, exercise: Exercise, track: Track) -> Built:
 # cpp_extension.load rebuilds the rest, as it would have.
 
 _EARLY_REPORT: list[Path] = []  # the file the child writes what it did into (this process)
+_ADOPTED: list[Path] = []  # an early rebuild the watch loop started for this process
+
+
+def adopt_early_rebuild(report: Path) -> None:
+    """The watch loop (grader.watch) started this track's early rebuild the moment it saw the
+    save, before this process existed: take over its report instead of starting another."""
+    _ADOPTED[:] = [report]
 
 
 def start_early_rebuild(tree: Path, exercise_id: str, track_name: str, allow: list[Path],
-                        report: Path):
-    """Start the early rebuild (above) if the track was built before; returns the child."""
+                        report: Path, env: dict | None = None, new_session: bool = False):
+    """Start the early rebuild (above) if the track was built before; returns the child. `env`
+    (default: this process's) and `new_session`: for the watch loop, which starts it itself."""
+    if _ADOPTED:
+        _EARLY_REPORT[:] = [_ADOPTED.pop()]
+        return None
     out = build_dir(tree, exercise_id, track_name)
     if not (out / "build.ninja").exists() or current().sanitize:
         return None
@@ -196,7 +207,7 @@ def start_early_rebuild(tree: Path, exercise_id: str, track_name: str, allow: li
     cmd = [sys.executable, "-m", "grader.build", "--early", str(out), "--report", str(report)]
     cmd += [f"--allow={a}" for a in allow]
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, env=env, start_new_session=new_session)
 
 
 def _early_report() -> dict | None:

@@ -6,7 +6,9 @@
 - `start_judge` / `wait_judge`: a judge (grader.judge) for one phase of one track, in a session
   of its own (a time limit kills it and everything it started), its output in a log file.
 
-Both pass the grade's Settings on (grader.settings), and compile in-process (below).
+Both pass the grade's Settings on (grader.settings), and compile in-process (below). Where
+`FORKER` is set (the watch loop, grader.watch), both are forked from a zygote that has imported
+torch and the rest already (grader.zygote) instead of started.
 """
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ from pathlib import Path
 
 from grader.paths import INDUCTOR, ROOT
 from grader.settings import Settings, current
+
+FORKER = None  # grader.zygote.Forker: fork processes from a pre-imported zygote (the watch loop:
+#                in its process, the judges; in a judge it forked, that judge's submission's)
 
 
 def child_env(settings: Settings | None = None) -> dict:
@@ -71,9 +76,12 @@ def start_submission(tree: Path, exercise_id: str, track: str, protect=(),
     for p in [ROOT, *protect]:
         cmd += ["--protect", str(p)]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(list(prefix or []) + cmd, cwd=scratch, env=child_env(),
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                pass_fds=(fd,))
+        if FORKER is not None and not prefix and FORKER.handles(cmd):
+            proc = FORKER.start(cmd, cwd=scratch, env=child_env(), stdout=log, pass_fds=(fd,))
+        else:
+            proc = subprocess.Popen(list(prefix or []) + cmd, cwd=scratch, env=child_env(),
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, pass_fds=(fd,))
     os.close(fd)
     return SubmissionProcess(proc, conn, scratch, log_path, key(tree, exercise_id, track, protect))
 
@@ -109,8 +117,11 @@ def start_judge(tree: Path, exercise, track, phase: str, events: Path, settings:
         # x 2 processes x 16 OpenMP threads: a load of 25 on 16 cores)
         env.setdefault("OMP_NUM_THREADS", str(settings.check_threads))
     out = open(log, "wb")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    if FORKER is not None and FORKER.handles(cmd):
+        proc = FORKER.start(cmd, cwd=ROOT, env=env, stdout=out, new_session=True)
+    else:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
     return JudgeProcess(proc, log, out, f"{exercise.id} [{track.name}]", phase, events)
 
 
