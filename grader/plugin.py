@@ -117,13 +117,18 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("timeout") is None:
             # a backstop: the proxy stops waiting for the submission at the check's limit first
             item.add_marker(pytest.mark.timeout(check_limit(exercise) + 60, method="thread"))
+    if current().first:  # the watch loop: what failed last time first, then the rest, in order
+        first = set(current().first)
+        for k, item in enumerate(keep):
+            item.grader_order = k  # the scorecard keeps the exercise's order (collection_finish)
+        keep.sort(key=lambda i: _short(i.nodeid) not in first)
     if current().repro:
         chosen = _repro(keep)
         drop += [i for i in keep if i not in chosen]
         keep = chosen
     if drop:
         config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    items[:] = keep
 
 
 def check_limit(exercise) -> int:
@@ -136,7 +141,7 @@ def _category(item) -> str:
 
 def pytest_collection_finish(session):
     tests = [{"id": i.nodeid, "name": _short(i.nodeid), "category": _category(i)}
-             for i in session.items]
+             for i in sorted(session.items, key=lambda i: getattr(i, "grader_order", 0))]
     if tests:
         tests.append({"id": OWN_WORK, "name": "your kernels do the work", "category": "correctness"})
         if _capture_probe_applies(session.config, session.items):

@@ -30,6 +30,8 @@ class Settings:
     keep_logs: str | None = None   # a folder: keep every judge's log and events there
     run_cache: str | None = None   # a folder of this run's baseline timings (shared by tracks)
     bench_repeats: int = 2         # make bench: times the graded case is measured
+    first: tuple[str, ...] = ()    # checks run before the others (the watch loop: those that
+    #                                failed last time), by name as the scorecard shows them
 
     def replace(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)
@@ -41,7 +43,10 @@ class Settings:
     @classmethod
     def from_json(cls, text: str) -> "Settings":
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in json.loads(text).items() if k in known})
+        values = {k: v for k, v in json.loads(text).items() if k in known}
+        if "first" in values:  # JSON has lists; the settings stay hashable
+            values["first"] = tuple(values["first"])
+        return cls(**values)
 
 
 def from_environment() -> Settings:
