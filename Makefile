@@ -3,6 +3,8 @@
 #                             SANITIZE=memcheck|racecheck|...,
 #                             REPRO=check@example: one failing example again, as a failure prints it;
 #                             QUICK=1: 3 examples per property check, baselines' times cached)
+# make watch-02               regrade one exercise on every save, with the seconds it took (QUICK=1:
+#                             QUICK's examples and the timing)
 # make bench                  solutions/ vs baselines into docs/performance.md (needs a GPU;
 #                             EXERCISE=04,05: those only, the other rows kept; REPEATS=5)
 # make test                   the project's own tests
@@ -34,7 +36,7 @@ BUILD_FLAG := $(if $(BUILD),--build $(BUILD))
 
 .PHONY: grade bench test list clean help
 help:
-	@sed -n '1,9p' Makefile | sed 's/^# //'
+	@sed -n '1,11p' Makefile | sed 's/^# //'
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -46,6 +48,9 @@ grade: $(SETUP)
 
 exercise-%: $(SETUP)
 	$(if $(PROFILE),$(PY) -m grader.profile --exercise $* $(TREE); exit $$?;)$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(SANITIZE),--sanitize $(SANITIZE)) $(if $(REPRO),--repro '$(REPRO)')
+
+watch-%: $(SETUP)
+	$(PY) -m grader watch --exercise $* $(TREE) $(if $(QUICK),--quick)
 
 bench: $(SETUP)
 	$(PY) -m grader bench $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(BENCH_IMPL)) --out $(BENCH_OUT) $(if $(EXERCISE),--exercise $(EXERCISE)) $(if $(REPEATS),--repeats $(REPEATS))

@@ -7,6 +7,7 @@
                            [--slurm [--partition P] [--gpus-per-task 1] [--max-parallel N]]
     python -m grader batch --collect DIR
     python -m grader bench [--exercise 06] [--impl solutions] [--out DIR] [--repeats N]
+    python -m grader watch --exercise 02 [--impl starter|solutions | --submission PATH] [--quick]
     python -m grader list
 """
 from __future__ import annotations
@@ -71,6 +72,14 @@ def cmd_bench(args) -> int:
                          repeats=args.repeats)
 
 
+def cmd_watch(args) -> int:
+    exercises = _exercises(args.exercise)
+    if len(exercises) != 1:
+        sys.exit("grader: watch follows one exercise: --exercise NN")
+    from grader.watch import watch_command  # the watch loop's modules: only for it
+    return watch_command(_tree(args), exercises[0], quick=args.quick)
+
+
 def cmd_list(args) -> int:
     for ex in discover():
         print(f"{ex.number}  {ex.name:<18} {', '.join(ex.tracks):<16} "
@@ -106,11 +115,17 @@ def main(argv=None) -> int:
     sub.choices["bench"].add_argument("--out", default=str(ROOT / "docs"))
     sub.choices["bench"].add_argument("--repeats", type=int, default=2, help="times the graded "
                                       "case is measured (the medians' spread is shown)")
+    w = sub.add_parser("watch", help="regrade one exercise on every save of its files")
+    w.add_argument("--exercise", required=True, help="by number (02) or folder name")
+    w.add_argument("--impl", default="starter", choices=["starter", "solutions"],
+                   help="which tree of this repository (default starter)")
+    w.add_argument("--submission", help="a tree elsewhere, shaped like starter/")
+    w.add_argument("--quick", action="store_true", help="QUICK's examples, and the timing")
     sub.add_parser("list")
     args = p.parse_args(argv)
     try:
         return {"grade": cmd_grade, "bench": cmd_bench, "batch": cmd_batch,
-                "list": cmd_list}[args.command](args)
+                "watch": cmd_watch, "list": cmd_list}[args.command](args)
     except SpecError as e:
         print(f"grader: bad exercise spec: {e}", file=sys.stderr)
         return 2
