@@ -69,3 +69,11 @@ def test_bad_exercise_number_is_one_line():
     out = subprocess.run([sys.executable, "-m", "grader", "grade", "--exercise", "99"],
                          cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.startswith("grader: bad exercise spec: no exercise '99'")
+
+
+def test_watch_follows_one_exercise():
+    out = subprocess.run([sys.executable, "-m", "grader", "watch", "--exercise", "01,02"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 1 and "watch follows one exercise" in out.stderr
+    helped = subprocess.run(["make", "help"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert "make watch-02" in helped

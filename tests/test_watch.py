@@ -1,0 +1,205 @@
+"""make watch-NN: the warm loop gives the verdicts a fresh grade gives, from processes forked out
+of zygotes that never touched CUDA, sandboxed as ever; it sees a save once, and Ctrl-C leaves
+nothing behind. On the CPU (01, Triton's interpreter)."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import make_variant
+from grader import launch
+from grader.discover import discover
+from grader.grade import Submission, grade, write_reports
+from grader.paths import ROOT
+from grader.watch import Watcher
+from grader.zygote import Forker, Zygote, ZygoteError
+
+EX01 = discover(only="01")[0]
+FILE = "01_vector_add/triton/vector_add.py"
+ADD = "out = x.to(tl.float32) + y.to(tl.float32)"
+SUB = ADD.replace("+", "-")
+STRIDED = "        if not t.is_contiguous():"
+CRASH = STRIDED + "\n            import os, signal\n            os.kill(os.getpid(), signal.SIGSEGV)"
+TAMPER = ("import torch\n"
+          "import torch.library\n"
+          "torch.library.opcheck = lambda *a, **k: None\n"
+          "try:\n"
+          f"    open({str(ROOT / 'grader' / 'score.py')!r}, 'a').write('# changed')\n"
+          "except OSError:\n"
+          "    pass\n")
+
+
+def verdicts(g):
+    """What a grade decided, per track: the build, each check's outcome, the points, tampering."""
+    return [(r.track, bool(r.build.get("ok")), [(c.name, c.outcome) for c in r.checks],
+             round(s.total, 2), bool(r.tampering)) for _, r, s in g.rows]
+
+
+def fresh(tree):
+    """What `python -m grader grade --exercise 01 --submission TREE --no-bench` decides."""
+    assert launch.FORKER is None
+    return grade(Submission(tree, (EX01,), bench=False))
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_the_watch_loop_gives_the_verdicts_of_a_fresh_grade(tmp_path):
+    tree = make_variant(tmp_path / "tree", "01_vector_add", "triton", {})
+    source = tree / FILE
+    solved = source.read_text()
+    said = tmp_path / "said.txt"
+    w = Watcher(tree, EX01, stream=open(said, "w"))
+    try:
+        w.start()
+        assert len(w.zygotes) == 2 and isinstance(w.launcher, Forker), "no zygote served"
+        good = w.regrade()
+        assert launch.FORKER is None  # set only while the loop grades
+        first = fresh(tree)
+        assert verdicts(good) == verdicts(first)
+        # the same files: the same scorecard and feedback, line for line
+        assert write_reports(good, full=True) == write_reports(first, full=True)
+        assert "Landlock ABI" in good.rows[0][1].build["sandbox"]  # sandboxed in the fork
+
+        edit(source, ADD, SUB)  # breaks: every value is wrong
+        broken = w.regrade()
+        assert verdicts(broken) == verdicts(fresh(tree))
+        assert broken.rows[0][2].total < good.rows[0][2].total
+
+        # crashes on a strided input: run with last time's failures first, the strided check
+        # crashes before the refusals are run; the loop runs it again in the usual order
+        source.write_text(solved.replace(STRIDED, CRASH, 1))
+        crashed = w.regrade()
+        assert any(c.outcome == "crashed" for c in crashed.rows[0][1].checks)
+        assert said.read_text().count("again in the usual order") == 1
+        assert verdicts(crashed) == verdicts(fresh(tree))
+
+        source.write_text(solved)  # fixed: last time's failures run first, then the rest
+        fixed = w.regrade()
+        assert verdicts(fixed) == verdicts(first)
+
+        # the sandbox and the watched functions, in a forked process as in a started one
+        source.write_text(solved.replace("import torch\n", TAMPER, 1))
+        score_py = (ROOT / "grader" / "score.py").read_bytes()
+        r, s = w.regrade().rows[0][1:]
+        assert (ROOT / "grader" / "score.py").read_bytes() == score_py
+        assert any("grader/score.py" in t for t in r.tampering), r.tampering
+        assert any("replaced torch.library.opcheck" in t for t in r.tampering), r.tampering
+        assert s.total == 0
+    finally:
+        w.close()
+    assert all(not z.alive() for z in w.zygotes) and not w.tmp.exists()
+
+
+def test_a_zygote_that_would_touch_cuda_refuses_to_serve(tmp_path):
+    """grader.plugin asks torch.cuda.is_available() at import: a zygote preloading it would
+    initialise CUDA before forking (on a GPU), so it refuses, naming the import."""
+    z = Zygote("judge", launch.child_env(), tmp_path / "zygote.log", preload=["grader.plugin"])
+    with pytest.raises(ZygoteError, match=r"CUDA was queried .*importing grader\.plugin"):
+        z.ready()
+    assert not z.alive()
+
+
+def test_a_save_is_seen_once_after_the_editor_is_done(tmp_path):
+    """An editor's save: a backup rename, a write in two parts. One change, its time the last
+    write's."""
+    tree = make_variant(tmp_path / "tree", "01_vector_add", "triton", {})
+    source = tree / FILE
+    w = Watcher(tree, EX01, stream=open(os.devnull, "w"), poll_s=0.05)
+    try:
+        seen = w._snapshot()
+        text = source.read_text()
+
+        def save():
+            time.sleep(0.1)
+            source.rename(source.with_suffix(".py~"))
+            time.sleep(0.12)
+            with open(source, "w") as f:
+                f.write(text[:100])
+                f.flush()
+                time.sleep(0.03)
+                f.write(text[100:] + "# saved\n")
+        t = threading.Thread(target=save)
+        t.start()
+        tracks, seen, at = w._wait(seen)
+        t.join()
+        assert tracks == {"triton"} and source.read_text().endswith("# saved\n")
+        assert abs(at - source.stat().st_mtime) < 1e-3
+        stop = threading.Event()
+        threading.Timer(0.3, stop.set).start()
+        assert w._wait(seen, stop)[0] == set()  # nothing more: one save
+    finally:
+        w.close()
+
+
+def _descendants(pid: int) -> set[int]:
+    kids = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, set()).add(int(p.name))
+    found, todo = set(), [pid]
+    while todo:
+        for k in kids.get(todo.pop(), ()):
+            if k not in found:
+                found.add(k)
+                todo.append(k)
+    return found
+
+
+def _wait_for(log: Path, text: str, count: int, proc, timeout: float = 240) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = log.read_text()
+        if out.count(text) >= count:
+            return out
+        assert proc.poll() is None, out
+        time.sleep(0.05)
+    raise AssertionError(f"no {text!r} x{count} in:\n{log.read_text()}")
+
+
+def test_make_watch_regrades_on_save_and_ctrl_c_leaves_nothing(tmp_path):
+    tree = make_variant(tmp_path / "tree", "01_vector_add", "triton", {})
+    source = tree / FILE
+    files = lambda: sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
+    before_files = files()
+    git = lambda: subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                                 cwd=ROOT, capture_output=True, text=True).stdout
+    before_git = git()
+    log = tmp_path / "watch.log"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "grader", "watch", "--exercise", "01",
+                                 "--submission", str(tree)], cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait_for(log, "watch: the first grade took", 1, proc)
+        started = _descendants(proc.pid)
+        assert len(started) >= 2  # the zygotes (and whatever they forked since)
+        with open(source, "a") as f:
+            f.write("# a one-line change\n")
+        out = _wait_for(log, "from your save to this result", 1, proc)
+        assert out.count("Scorecard for") == 2 and "9/9" in out.rsplit("Scorecard for", 1)[1]
+        started |= _descendants(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert log.read_text().rstrip().endswith("watch: stopped")
+    alive = [p for p in started if Path(f"/proc/{p}").exists()
+             and "Z" not in Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]]
+    assert not alive, alive
+    assert files() == before_files  # nothing written into the learner's tree (no __pycache__)
+    assert git() == before_git  # nor into the repository
