@@ -515,6 +515,8 @@ class Server:
         numbers = dict(zip(map(str, msg.get("pass_fds", [])), map(str, passed)))
         argv[:] = [numbers.get(a, a) if i and argv[i - 1] == "--fd" else a
                    for i, a in enumerate(argv)]
+        if sys.path and sys.path[0] == os.getcwd():  # `python -m` puts its folder first
+            sys.path[0] = str(Path(msg["cwd"]).resolve())
         os.chdir(msg["cwd"])
         os.environ.clear()
         os.environ.update(msg["env"])
