@@ -2,13 +2,16 @@
 # The learner's edit loop: wall seconds from a one-line kernel edit to the scorecard. On a GPU machine, from the repository root: `bash benchmarks/edit_loop.sh [EXERCISE [TRACK [KERNEL_FILE]]]` (default 02 cuda scale_kernels.cu).
 #
 # A copy of the solution's track in a fresh folder (its build cache cold), graded as a learner
-# grades it: `python -m grader grade --exercise NN --submission TREE` and `make exercise-NN`.
-# Rows: cold (nothing built), warm (nothing changed), a one-line edit checks only, a one-line
-# edit with QUICK=1 timing (its baseline cache filled by one untimed run first), a one-line edit
-# with full timing. The edit appends a comment line: ninja rebuilds and relinks exactly as for a
-# real one-line change. Prints a markdown table (benchmarks/run.sh puts it into
-# docs/performance.md). Without a GPU only the checks-only rows run. DRY_RUN=1 prints the
-# commands instead.
+# grades it: `python -m grader grade --exercise NN --submission TREE`, `make exercise-NN`, and the
+# warm loop `python -m grader watch` (what `make watch-NN` runs). Rows: cold (nothing built),
+# warm (nothing changed), a one-line edit checks only, a one-line edit with QUICK=1 timing (its
+# baseline cache filled by one untimed run first), a one-line edit with full timing; then the
+# watch loop's first grade and three one-line edits, each timed from the edit to its result
+# (checks only; on a GPU also with QUICK=1's timing). The edit appends a comment line: ninja
+# rebuilds and relinks exactly as for a real one-line change. Prints a markdown table
+# (benchmarks/run.sh puts it into docs/performance.md). Without a GPU the timed rows are
+# `make exercise-NN` (no timing there) instead. DRY_RUN=1 prints the commands instead. A Triton
+# track on the CPU: `PY=.venv/bin/python bash benchmarks/edit_loop.sh 01 triton vector_add.py`.
 set -u
 EX=${1:-02}
 TRACK=${2:-cuda}
@@ -32,6 +35,11 @@ echo "$name [$TRACK], one-line edits of $KERNEL; $gpu; $(nproc) cores; $(date -u
 echo
 echo "| row | wall s | build | points |"
 echo "|---|---|---|---|"
+card() {  # card LOG: the build column and the total of the last scorecard in LOG
+  local last=$(awk '/^Scorecard for/ {buf = ""} {buf = buf $0 "\n"} END {printf "%s", buf}' "$1")
+  built=$(echo "$last" | grep -E "^ *$EX " | grep -oE "built [0-9]+s|built|imported|loaded|build failed" | head -1)
+  pts=$(echo "$last" | grep -E "^total:" | head -1 | sed 's/^total: *//')
+}
 row() {  # row LABEL COMMAND...: grade once, one table row (wall time, the build column, the total)
   local label=$1; shift
   if [ -n "${DRY_RUN:-}" ]; then echo "| $label | + $* | | |"; return; fi
@@ -39,22 +47,64 @@ row() {  # row LABEL COMMAND...: grade once, one table row (wall time, the build
   "$@" > "$tree/last.log" 2>&1
   local rc=$?
   local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  local built=$(grep -E "^$EX " "$tree/last.log" | grep -oE "built [0-9]+s|built|imported|loaded|build failed" | head -1)
-  local pts=$(grep -E "^total:" "$tree/last.log" | head -1 | sed 's/^total: *//')
+  card "$tree/last.log"
   printf "| %s | %d.%d | %s | %s%s |\n" "$label" $((ms / 1000)) $((ms % 1000 / 100)) "${built:-?}" \
     "${pts:-?}" "$([ $rc = 0 ] || echo " (exit $rc)")"
 }
-edit() { echo "// edit_loop.sh: a one-line change $(date +%s%N)" >> "$tree/$name/$TRACK/$KERNEL"; }
+edit() {  # a comment line in the kernel file's language
+  local mark="//"; case $KERNEL in *.py) mark="#" ;; esac
+  echo "$mark edit_loop.sh: a one-line change $(date +%s%N)" >> "$tree/$name/$TRACK/$KERNEL"
+}
+lines() { grep -c "$2" "$1" 2>/dev/null; }
+await() {  # await LOG PATTERN N PID: until LOG has N lines matching PATTERN (1: PID died, or 600 s)
+  local deadline=$(( $(date +%s) + 600 ))
+  while [ "$(lines "$1" "$2")" -lt "$3" ]; do
+    kill -0 "$4" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.05
+  done
+}
+watch_rows() {  # watch_rows LABEL [FLAGS]: the watch loop, its first grade and 3 one-line edits
+  local label=$1; shift
+  local cmd=($PY -m grader watch --exercise "$EX" --submission "$tree" "$@")
+  if [ -n "${DRY_RUN:-}" ]; then echo "| $label: first grade, then 3 one-line edits | + ${cmd[*]} | | |"; return; fi
+  local log=$tree/watch.log k t0 ms
+  "${cmd[@]}" > "$log" 2>&1 &
+  local pid=$!
+  if await "$log" "^watch: the first grade took" 1 $pid; then
+    card "$log"
+    printf "| %s: first grade (%s) | %s | %s | %s |\n" "$label" \
+      "$(grep -oE "[0-9.]+ s of it making the processes ready" "$log" | head -1)" \
+      "$(grep -oE "first grade took [0-9.]+" "$log" | grep -oE "[0-9.]+$")" "${built:-?}" "${pts:-?}"
+    for k in 1 2 3; do
+      t0=$(date +%s%N)
+      edit
+      await "$log" "from your save to this result" $k $pid || break
+      ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+      card "$log"
+      printf "| %s: one-line edit %d, edit to result | %d.%d | %s | %s |\n" "$label" $k \
+        $((ms / 1000)) $((ms % 1000 / 100)) "${built:-?}" "${pts:-?}"
+    done
+  fi
+  kill -INT $pid 2>/dev/null
+  wait $pid || echo "| $label | (the watch loop failed: exit $?; $(tail -1 "$log")) | | |"
+}
 
 grade=($PY -m grader grade --exercise "$EX" --submission "$tree")
 row "cold, checks only" "${grade[@]}" --no-bench
 row "warm, checks only" "${grade[@]}" --no-bench
 edit
 row "one-line edit, checks only" "${grade[@]}" --no-bench
-if [ "$gpu" != "no GPU" ]; then
+if [ "$gpu" = "no GPU" ]; then
+  edit
+  row "one-line edit, make exercise-$EX" make "exercise-$EX" SUBMISSION="$tree"
+else
   [ -n "${DRY_RUN:-}" ] || make "exercise-$EX" SUBMISSION="$tree" QUICK=1 > /dev/null 2>&1  # fills QUICK's baseline cache
   edit
   row "one-line edit, QUICK=1 with timing" make "exercise-$EX" SUBMISSION="$tree" QUICK=1
   edit
   row "one-line edit, full timing" make "exercise-$EX" SUBMISSION="$tree"
+fi
+watch_rows "watch, checks only"
+if [ "$gpu" != "no GPU" ]; then
+  watch_rows "watch QUICK=1, with timing" --quick
 fi

@@ -71,6 +71,11 @@ def test_edit_loop_and_grading_time_dry_run():
     loop = subprocess.run(["bash", "benchmarks/edit_loop.sh", "06", "cuda", "rmsnorm_kernels.cu"],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, check=True).stdout
     assert "--exercise 06 --submission" in loop and "--no-bench" in loop and "QUICK=1" in loop
+    # the warm loop's rows: make watch-06's command, checks only and with QUICK's timing
+    assert "-m grader watch --exercise 06 --submission" in loop and "--quick" in loop
+    py = subprocess.run(["bash", "benchmarks/edit_loop.sh", "01", "triton", "vector_add.py"],
+                        cwd=ROOT, env=ENV, capture_output=True, text=True, check=True).stdout
+    assert "-m grader watch --exercise 01 --submission" in py
     wrong = subprocess.run(["bash", "benchmarks/edit_loop.sh", "06", "cuda", "nope.cu"], cwd=ROOT,
                            env=ENV, capture_output=True, text=True)
     assert wrong.returncode == 2 and "no solutions/06_rmsnorm/cuda/" + "nope.cu" in wrong.stderr
