@@ -10,8 +10,9 @@
 # (checks only; on a GPU also with QUICK=1's timing). The edit appends a comment line: ninja
 # rebuilds and relinks exactly as for a real one-line change. Prints a markdown table
 # (benchmarks/run.sh puts it into docs/performance.md). Without a GPU the timed rows are
-# `make exercise-NN` (no timing there) instead. DRY_RUN=1 prints the commands instead. A Triton
-# track on the CPU: `PY=.venv/bin/python bash benchmarks/edit_loop.sh 01 triton vector_add.py`.
+# `make exercise-NN` (no timing there) instead. DRY_RUN=1 prints the commands instead;
+# KEEP=DIR keeps the watch loops' output there. A Triton track on the CPU:
+# `PY=.venv/bin/python bash benchmarks/edit_loop.sh 01 triton vector_add.py`.
 set -u
 EX=${1:-02}
 TRACK=${2:-cuda}
@@ -85,8 +86,10 @@ watch_rows() {  # watch_rows LABEL [FLAGS]: the watch loop, its first grade and 
         $((ms / 1000)) $((ms % 1000 / 100)) "${built:-?}" "${pts:-?}"
     done
   fi
+  grep -q "afresh instead" "$log" && echo "| $label: no zygote, $(grep -m1 -oE "the [a-z]+ zygote: .*" "$log") | | | |"
   kill -INT $pid 2>/dev/null
   wait $pid || echo "| $label | (the watch loop failed: exit $?; $(tail -1 "$log")) | | |"
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$log" "$KEEP/watch${1:+$1}.log"; fi
 }
 
 grade=($PY -m grader grade --exercise "$EX" --submission "$tree")

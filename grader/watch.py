@@ -317,8 +317,9 @@ class Watcher:
                     f"({self.ready_s:.1f} s of it making the processes ready)")
         else:
             head = f"{now - job.saved_at:.1f} s from your save to this result"
-        self.say(f"watch: {head}; watching {_shown(self.tree / self.exercise.id)} for saves "
-                 f"(Ctrl-C to stop)")
+        only = "; checks only (QUICK=1 times the op too)" if self.gpu and not self.bench else ""
+        self.say(f"watch: {head}{only}; watching {_shown(self.tree / self.exercise.id)} for "
+                 f"saves (Ctrl-C to stop)")
 
     def _cancel(self, job: _Job) -> None:
         job.cancelled = True
