@@ -258,8 +258,12 @@ class Zygote:
 
 # --- the zygote's side --------------------------------------------------------------------------
 
+_TRIPPED: list[str] = []  # every tripwire that fired (a module may swallow the exception)
+
+
 def _trip(what: str):
     def tripped(*a, **k):
+        _TRIPPED.append(what)
         raise ZygoteError(f"CUDA was queried ({what}) while preloading")
     return tripped
 
@@ -287,6 +291,9 @@ def preload(role: str, extra=()) -> list[str]:
                     raise ZygoteError(f"{e}: importing {name}") from None
                 except Exception as e:  # not installed here: the child will say so, as ever
                     skipped.append(f"{name} ({type(e).__name__}: {e})")
+                if _TRIPPED:  # the module caught it, and may keep a wrong answer: refuse too
+                    raise ZygoteError(f"CUDA was queried ({_TRIPPED[0]}) while preloading: "
+                                      f"importing {name}")
         finally:
             torch.cuda._lazy_init = saved_lazy
     finally:
@@ -390,7 +397,9 @@ class Server:
         return True
 
     def _status(self, sock) -> None:
-        child = next(c for c in self.children.values() if c.status is sock)
+        child = next((c for c in self.children.values() if c.status is sock), None)
+        if child is None:
+            return
         try:
             msg, fds = _recv(sock)
         except OSError:
