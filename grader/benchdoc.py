@@ -37,6 +37,8 @@ SECTIONS = {
                        "python3 benchmarks/timing_methods.py --times 5"),
     "grading-time": ("Grading time", "bash benchmarks/run.sh LOGS grading-time"),
     "edit-loop": ("The edit loop", "bash benchmarks/run.sh LOGS loop"),
+    "edit-loop-cpu": ("The edit loop on the CPU", "PY=.venv/bin/python bash "
+                      "benchmarks/edit_loop.sh 01 triton vector_add.py"),
 }
 OPEN = re.compile(r"^<!-- section (\S+) (\{.*\}) -->$", re.M)
 
