@@ -57,8 +57,8 @@ edit() {  # a comment line in the kernel file's language
   echo "$mark edit_loop.sh: a one-line change $(date +%s%N)" >> "$tree/$name/$TRACK/$KERNEL"
 }
 lines() { grep -c "$2" "$1" 2>/dev/null; }
-await() {  # await LOG PATTERN N PID: until LOG has N lines matching PATTERN (1: PID died, or 600 s)
-  local deadline=$(( $(date +%s) + 600 ))
+await() {  # await LOG PATTERN N PID SECONDS: until LOG has N lines matching PATTERN (1: PID died, or time)
+  local deadline=$(( $(date +%s) + $5 ))
   while [ "$(lines "$1" "$2")" -lt "$3" ]; do
     kill -0 "$4" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ] || return 1
     sleep 0.05
@@ -71,7 +71,7 @@ watch_rows() {  # watch_rows LABEL [FLAGS]: the watch loop, its first grade and 
   local log=$tree/watch.log k t0 ms
   "${cmd[@]}" > "$log" 2>&1 &
   local pid=$!
-  if await "$log" "^watch: the first grade took" 1 $pid; then
+  if await "$log" "^watch: the first grade took" 1 $pid 300; then
     card "$log"
     printf "| %s: first grade (%s) | %s | %s | %s |\n" "$label" \
       "$(grep -oE "[0-9.]+ s of it making the processes ready" "$log" | head -1)" \
@@ -79,12 +79,14 @@ watch_rows() {  # watch_rows LABEL [FLAGS]: the watch loop, its first grade and 
     for k in 1 2 3; do
       t0=$(date +%s%N)
       edit
-      await "$log" "from your save to this result" $k $pid || break
+      await "$log" "from your save to this result" $k $pid 120 || { echo "| $label: one-line edit $k | (no result in 120 s: $(tail -1 "$log")) | | |"; break; }
       ms=$(( ($(date +%s%N) - t0) / 1000000 ))
       card "$log"
       printf "| %s: one-line edit %d, edit to result | %d.%d | %s | %s |\n" "$label" $k \
         $((ms / 1000)) $((ms % 1000 / 100)) "${built:-?}" "${pts:-?}"
     done
+  else
+    echo "| $label | (no first grade: $(tail -1 "$log")) | | |"
   fi
   grep -q "afresh instead" "$log" && echo "| $label: no zygote, $(grep -m1 -oE "the [a-z]+ zygote: .*" "$log") | | | |"
   kill -INT $pid 2>/dev/null
