@@ -38,7 +38,7 @@ echo "| row | wall s | build | points |"
 echo "|---|---|---|---|"
 card() {  # card LOG: the build column and the total of the last scorecard in LOG
   local last=$(awk '/^Scorecard for/ {buf = ""} {buf = buf $0 "\n"} END {printf "%s", buf}' "$1")
-  built=$(echo "$last" | grep -E "^ *$EX " | grep -oE "built [0-9]+s|built|imported|loaded|build failed" | head -1)
+  built=$(echo "$last" | grep -E "^ *$EX " | grep -oE "built [0-9]+s|cached [0-9]+s|built|imported|loaded|build failed" | head -1)
   pts=$(echo "$last" | grep -E "^total:" | head -1 | sed 's/^total: *//')
 }
 row() {  # row LABEL COMMAND...: grade once, one table row (wall time, the build column, the total)
