@@ -47,9 +47,11 @@ CPU = dict(fwd=(16, 16, 1, 1), dkdv=(16, 16, 1, 1), dq=(16, 16, 1, 1))
 
 @triton.jit
 def _join(hi, lo, acc_ty: tl.constexpr):
-    """hi + lo in the math type (see _split). Added to a zero of acc_ty, not cast with .to():
-    Triton's CPU interpreter passes a scalar argument as a Python float, which has no .to()."""
-    return (tl.zeros([], acc_ty) + hi) + lo
+    """hi + lo (see _split), cast to the math type. The cast matters: a float argument is fp32
+    in a plain launch but fp64 under torch.compile (Inductor's launcher types Python floats so),
+    and an fp64 scale would promote m, l and acc to fp64 inside the loops. Added to a zero
+    rather than cast alone: on Triton's interpreter a float argument may be a Python float."""
+    return (tl.zeros([], acc_ty) + hi + lo).to(acc_ty)
 
 
 @triton.jit
@@ -356,8 +358,8 @@ def _check(q, k, v) -> None:
 
 
 def _split(x: float) -> tuple[float, float]:
-    """x as hi + lo, two float32 values: Triton passes a float argument as fp32, and the
-    float64 path needs the scale to ~48 bits (gradcheck)."""
+    """x as hi + lo, two float32 values: a plain launch passes a float argument as fp32, and
+    the float64 path needs the scale to ~48 bits (gradcheck)."""
     f32 = lambda y: struct.unpack("f", struct.pack("f", y))[0]  # no tensor: no ATen op
     hi = f32(x)
     return hi, f32(x - hi)
