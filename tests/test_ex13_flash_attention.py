@@ -1,5 +1,6 @@
 """Exercise 13: its solution compiles for Hopper (sm_90) the way torch.compile launches it, on a
-machine without a GPU, and (on the GPU machine) runs under torch.compile(fullgraph=True).
+machine without a GPU, and (on the GPU machine) runs under torch.compile(fullgraph=True); the
+reference the grader validates timed calls against (reference.exact) is the reference's math.
 
 Why the compile: Inductor's launcher types a Python float kernel argument as fp64 where a plain launch types
 it fp32 (torch/_inductor/codegen/triton_utils.py: signature_of). A kernel whose math type follows
@@ -26,6 +27,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 SOLUTION = ROOT / "solutions" / "13_flash_attention" / "triton" / "flash_attention.py"
+REFERENCE = ROOT / "exercises" / "13_flash_attention" / "reference.py"
 SM90 = GPUTarget("cuda", 90, 32)
 SM90_SHARED = 232448  # bytes of shared memory one block may use on sm_90 (227 KB)
 POINTER = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32",
@@ -42,6 +44,41 @@ def _load(path, name):
 @pytest.fixture(scope="module")
 def fa():
     return _load(SOLUTION, "ex13_solution")  # registers ex13_triton::* once for these tests
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return _load(REFERENCE, "ex13_reference")
+
+
+# --- reference.exact: what every timed call is held to ------------------------------------------
+
+@pytest.mark.parametrize("budget", [1 << 27, 1000, 1], ids=["one block", "blocks", "row by row"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(2, 3, 37, 64), (1, 2, 1, 128), (1, 1, 100, 64)], ids=str)
+def test_exact_is_the_reference_with_its_gradients(ref, monkeypatch, shape, causal, budget):
+    """exact's blocks and closed-form backward against autograd through `reference` (the S x S
+    softmax), in float64: the same numbers to rounding (the incoming gradient an expanded view,
+    as o.sum()'s is)."""
+    monkeypatch.setattr(ref, "ROWS_AT_ONCE", budget)
+    g = torch.Generator().manual_seed(sum(shape) + causal)
+    q, k, v = (torch.randn(shape, dtype=torch.float64, generator=g) for _ in range(3))
+    do = torch.randn(shape[:2] + (1, shape[3]), dtype=torch.float64, generator=g).expand(shape)
+    outs = []
+    for fn in (ref.exact, ref.reference):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        o = fn(*leaves, causal, 0.3)
+        o.backward(do)
+        outs.append([o.detach()] + [t.grad for t in leaves])
+    for name, got, want in zip(("o", "dq", "dk", "dv"), *outs):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_exact_keeps_16_bit_inputs_in_float32(ref):
+    q, k, v = (torch.randn(1, 2, 20, 64).to(torch.bfloat16) for _ in range(3))
+    got = ref.exact(q, k, v, True)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), ref.reference(q, k, v, True).float(), rtol=0, atol=0.02)
 
 
 # --- the solution's kernels for sm_90 ------------------------------------------------------------
@@ -131,7 +168,7 @@ def test_kernels_compile_for_sm90_as_inductor_launches_them(fa, monkeypatch, dty
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("S,D", [(200, 64), (1000, 128)], ids=str)  # partial last blocks
-def test_torch_compile_fullgraph_on_gpu(fa, S, D, causal):
+def test_torch_compile_fullgraph_on_gpu(fa, ref, S, D, causal):
     """torch.compile(fullgraph=True) of the solution, forward and backward, in bf16: against the
     float64 reference within the exercise's normwise bound (1e-2 for bf16)."""
     torch._dynamo.reset()
@@ -143,8 +180,7 @@ def test_torch_compile_fullgraph_on_gpu(fa, S, D, causal):
     o = compiled(*leaves, causal)
     o.backward(do)
     exact = [t.double().requires_grad_() for t in (q, k, v)]
-    want = _load(ROOT / "exercises" / "13_flash_attention" / "reference.py",
-                 "ex13_reference").reference(*exact, causal)
+    want = ref.reference(*exact, causal)
     want.backward(do.double())
     for name, got, w in zip(("o", "dq", "dk", "dv"), [o] + [t.grad for t in leaves],
                             [want] + [t.grad for t in exact]):
