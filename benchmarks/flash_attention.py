@@ -1,20 +1,17 @@
-"""Flash attention: exercise 13's solution at scale against float64, a sweep of its block configs, and the solution against every baseline, timed by CUDA-graph replay. On a GPU machine, from the repository root: `python3 benchmarks/flash_attention.py --check --final --base`.
+"""Flash attention: exercise 13's solution at scale against float64, and the solution against every baseline, timed by CUDA-graph replay. On a GPU machine, from the repository root: `python3 benchmarks/flash_attention.py --check --final --base`.
 
-    python3 benchmarks/flash_attention.py [--check] [--sweep] [--base] [--final]
-                                                      [--out DIR] [--budget SECONDS]
+    python3 benchmarks/flash_attention.py [--check] [--base] [--final] [--slow] [--out DIR]
 
 --check  the solution against the float64 reference (reference.exact) at large shapes
---sweep  block sizes / warps / stages of each kernel at both benchmark cases
 --base   the baselines: each SDPA backend, FlexAttention, torch.compile, the eager reference
 --final  the solution's configs and a "first kernel" config (64 x 64 tiles, 4 warps, 2 stages
          everywhere), three repeats each, and the bf16 matmul ceiling
 Everything is `triton.testing.do_bench_cudagraph` (median over the replays, L2 not flushed:
-graph replay of one fwd or fwd+bwd step), repeated; forward+backward includes the forward.
+graph replay of one fwd or fwd+bwd step), repeated; forward+backward includes the forward. The
+block configs are tuned by benchmarks/flash_attention_sweep.py.
 """
 import argparse
 import importlib.util
-import json
-import math
 import os
 import sys
 import time
@@ -25,7 +22,7 @@ import torch
 import triton
 from triton.testing import do_bench_cudagraph
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
@@ -114,57 +111,6 @@ def check():
         log(f"  deterministic: {same}")
 
 
-# --- sweep ---------------------------------------------------------------------------------------
-
-FWD = {64: [(128, 64, 4, 3), (128, 64, 4, 4), (128, 64, 8, 3), (128, 128, 8, 3), (128, 32, 4, 4),
-            (64, 64, 4, 3), (128, 128, 4, 3), (256, 64, 8, 3), (128, 64, 4, 2)],
-       128: [(128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (128, 64, 4, 3), (128, 32, 4, 3),
-             (64, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 4)]}
-BWD = [(128, 64, 8, 3), (128, 32, 4, 3), (128, 32, 8, 3), (64, 64, 4, 3), (128, 64, 8, 2),
-       (128, 128, 8, 2), (64, 32, 4, 3), (128, 32, 4, 5), (64, 64, 4, 2), (128, 64, 4, 3)]
-
-
-def time_fwd(case):
-    q, k, v, causal, do = inputs(case)
-    return bench(lambda: fa._fwd_impl(q, k, v, causal, 1 / math.sqrt(case["D"]), fa._direct),
-                 reps=1, rep_ms=40)[0]
-
-
-def time_bwd(case):
-    q, k, v, causal, do = inputs(case)
-    sc = 1 / math.sqrt(case["D"])
-    o, lse = fa._fwd_impl(q, k, v, causal, sc, fa._direct)
-    return bench(lambda: fa._bwd_impl(do, q, k, v, o, lse, causal, sc, fa._direct),
-                 reps=1, rep_ms=40)[0]
-
-
-def sweep(deadline):
-    best = {}
-    for name, case in CASES.items():
-        key = (case["D"], case["causal"])
-        cfg = dict(fa.CONFIGS[key])
-        for kernel, options, timer in (("fwd", FWD[case["D"]], time_fwd),
-                                       ("dkdv", BWD, time_bwd), ("dq", BWD, time_bwd)):
-            results = []
-            for c in options:
-                if time.time() > deadline:
-                    log(f"sweep: out of time at {name} {kernel}")
-                    break
-                fa.CONFIGS[key] = {**cfg, kernel: c}
-                try:
-                    ms = timer(case)
-                    results.append((ms, c))
-                    log(f"sweep {name} {kernel} {c}: {ms * 1e3:.1f} us")
-                except Exception as e:
-                    log(f"sweep {name} {kernel} {c}: failed {type(e).__name__}: {str(e)[:120]}")
-            if results:
-                cfg[kernel] = min(results)[1]
-                log(f"best {name} {kernel}: {cfg[kernel]} {min(results)[0] * 1e3:.1f} us")
-        fa.CONFIGS[key] = cfg
-        best[name] = cfg
-    return best
-
-
 # --- baselines and final -------------------------------------------------------------------------
 
 def solution(q, k, v, causal, scale):
@@ -211,11 +157,10 @@ def matmul_rate():
 
 def main():
     p = argparse.ArgumentParser()
-    for f in ("check", "sweep", "base", "final", "slow"):
+    for f in ("check", "base", "final", "slow"):
         p.add_argument(f"--{f}", action="store_true")
     p.add_argument("--grade", type=float, default=0, help="run the grader's checks, this long")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
-    p.add_argument("--budget", type=float, default=200)
     a = p.parse_args()
     log(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
         f"{triton.__version__}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
@@ -229,9 +174,6 @@ def main():
     try:
         if a.check:
             guarded(check)
-        if a.sweep:
-            best = guarded(sweep, time.time() + a.budget)
-            log("best configs: " + json.dumps(best))
         if a.final:
             rate, spread = matmul_rate()
             log(f"bf16 matmul 8192^3: {rate:.0f} TFLOP/s (spread {spread:.1%})")

@@ -84,6 +84,20 @@ def test_edit_loop_and_grading_time_dry_run():
     assert "make grade IMPL=solutions" in grading and "rm -rf .cache" in grading
 
 
+def test_flash_attention_sweep_dry_run_prints_its_plan():
+    """The sweep says what it would time without a GPU: both cases, every kernel, and only
+    candidates the kernels accept (the outer block a multiple of the inner one)."""
+    out = subprocess.run([sys.executable, "benchmarks/flash_attention_sweep.py", "--dry-run"],
+                         cwd=ROOT, env=ENV, capture_output=True, text=True, check=True).stdout
+    assert "case leaderboard (B=1, H=16, S=16384, D=64, causal=True)" in out
+    assert "case wide (B=4, H=32, S=4096, D=128, causal=False)" in out
+    plans = re.findall(r"^  (fwd|dkdv|dq): (\d+) candidates: (.+)$", out, re.M)
+    assert len(plans) == 6
+    for _kernel, n, listed in plans:
+        configs = [tuple(map(int, c.split(", "))) for c in re.findall(r"\(([\d, ]+)\)", listed)]
+        assert len(configs) == int(n) and all(c[0] % c[1] == 0 for c in configs)
+
+
 def _repeatability():
     spec = importlib.util.spec_from_file_location("repeatability", BENCH / "repeatability.py")
     mod = importlib.util.module_from_spec(spec)

@@ -2,35 +2,25 @@
 
     o = softmax(scale * q kᵀ + mask) v        q, k, v, o: [B, H, S, D], D in {64, 128}
 
-Forward: one program per (query block, batch*head). It keeps its BLOCK_M query rows in
-registers and streams key/value blocks past them, keeping per row a running max m, a running
-sum l of exp(s - m) and an unnormalized output acc (the online softmax of exercise 05), both
-rescaled by exp(m_old - m_new) when the max grows. Exponentials are exp2 with scale·log2(e)
-folded into one multiply-add. Causal: key blocks above the diagonal are never visited (the loop
-stops at the diagonal), and only the diagonal blocks are masked. Saved for the backward: o and
-lse2 = m + log2(l) per row, the log-sum-exp in base 2 (4 bytes per row, not S x S).
+Forward: one program per (query block, batch*head) keeps its query rows in registers and streams
+key/value blocks past them with the online softmax of exercise 05 (a running max m, sum l and
+output acc per row, rescaled by exp(m_old - m_new) when the max grows), in base 2 with
+scale·log2(e) folded into one multiply-add. Causal: the blocks above the diagonal are never
+visited, only the diagonal ones masked. Kept for the backward: o and lse2 = m + log2(l).
 
-Backward (P recomputed from lse2: P = exp2(scale·log2e · q kᵀ - lse2)):
-  delta = rowsum(dO * O)                      a small kernel, one pass over dO and O
-  dV_j  = Σ_i P_ijᵀ dO_i                      one program per key block j (with dK_j):
-  dK_j  = scale Σ_i dS_ijᵀ Q_i                  loops over the query blocks
-  dQ_i  = scale Σ_j dS_ij K_j                 a second kernel, one program per query block
-  dS    = P * (dO Vᵀ - delta)
-Each output block is written once by the one program that owns it: no atomics, so the same
-inputs give bit-identical gradients on every run. The price: P and dP are computed twice (once
-in each kernel), 7 matmuls per block pair instead of FlashAttention-2's 5 with atomic dQ
-(README: "Determinism: two kernels or atomics").
+Backward, P = exp2(scale·log2e · q kᵀ - lse2) recomputed, dS = P * (dO Vᵀ - delta):
+  delta = rowsum(dO * O)                                a small kernel
+  dV_j = Σ_i P_ijᵀ dO_i, dK_j = scale Σ_i dS_ijᵀ Q_i    one program per key block j
+  dQ_i = scale Σ_j dS_ij K_j                            a second kernel, per query block i
+Each output block has one owner: no atomics, the same gradients bit for bit on every run, for
+P and dP computed twice, 7 matmuls per block pair instead of 5 (README: "The backward, and
+determinism: two kernels or atomics"). The leaderboard case (B 1, H 16, S 16384, D 64, causal)
+is 0.55 TFLOP forward, 2.5x that backward, and 8 x 33.5 MB of tensors: matmuls and
+exponentials, not bytes (README: "The work: flops and bytes", "Where the time goes").
 
-Napkin math, the leaderboard case (B 1, H 16, S 16384, D 64, causal, bf16):
-  forward   4 B H S² D / 2 = 0.55 TFLOP  (two matmuls, half the blocks)   ~0.8 ms at 700 TFLOP/s
-  backward  2.5 x that     = 1.37 TFLOP  (five useful matmuls; we do seven)
-  bytes     q, k, v, o, dO, dq, dk, dv: 8 x 33.5 MB = 268 MB: ~0.07 ms at 4 TB/s, nothing;
-  the work is matmuls and exponentials (README: "Where the time goes").
-
-Two doors to the same kernels, as in exercise 06: under torch.compile `flash_attention` calls
-the registered triton_ops (no graph break; Inductor sees the launches through wrap_triton); in
-eager mode a plain autograd.Function runs the same bodies without the custom-op dispatch's
-host cost.
+Two doors to the same kernels, as in exercise 06: under torch.compile the registered triton_ops
+(no graph break: Inductor sees the launches through wrap_triton); in eager mode a plain
+autograd.Function, without the custom-op dispatch's host cost.
 """
 import math
 import struct
@@ -42,20 +32,14 @@ from torch.library import triton_op, wrap_triton
 
 LOG2E = 1.4426950408889634
 
-# Block sizes, warps and pipeline stages per (head dim, causal), for 16-bit inputs on Hopper
-# (sm_90). Chosen by benchmarks/flash_attention.py --sweep on an H200 (2026-11-26):
-# 9-10 configs per kernel at each benchmark case (README: "Measured"); the non-benchmarked
-# pairs take their head dim's. BLOCK_M must be a multiple of BLOCK_N in the forward and dQ
-# kernels (the causal diagonal is split in BLOCK_N steps), BLOCK_N of BLOCK_M in dK/dV.
-#               fwd: (BM, BN, warps, stages)  dkdv: (BN1, BM1, warps, stages)  dq: (BM2, BN2, ...)
-CONFIGS = {
-    (64, True): dict(fwd=(128, 64, 8, 3), dkdv=(64, 64, 4, 3), dq=(128, 64, 8, 3)),
-    (64, False): dict(fwd=(128, 64, 8, 3), dkdv=(64, 64, 4, 3), dq=(128, 64, 8, 3)),
-    (128, True): dict(fwd=(128, 128, 8, 3), dkdv=(64, 64, 4, 2), dq=(128, 64, 8, 3)),
-    (128, False): dict(fwd=(128, 128, 8, 3), dkdv=(64, 64, 4, 2), dq=(128, 64, 8, 3)),
-}
-# float32 and float64 (the reference and gradcheck paths): tl.dot in full precision has no
-# tensor cores to feed; small tiles keep the registers in bounds.
+# (BLOCK_M, BLOCK_N, warps, stages) per kernel and head dim for 16-bit inputs on Hopper (sm_90),
+# chosen by a sweep on an H200 at the head dim's benchmark case (D 64: the leaderboard case,
+# causal; D 128: the wide one, not causal; 2026-11-26; benchmarks/flash_attention_sweep.py).
+# fwd and dq: BLOCK_M query rows per program, a multiple of BLOCK_N (the diagonal is walked in
+# BLOCK_N steps); dkdv: (BLOCK_N key rows per program, a multiple of its BLOCK_M, ...).
+CONFIGS = {64: dict(fwd=(128, 64, 8, 3), dkdv=(64, 64, 4, 3), dq=(128, 64, 8, 3)),
+           128: dict(fwd=(128, 128, 8, 3), dkdv=(64, 64, 4, 2), dq=(128, 64, 8, 3))}
+# fp32/fp64 (the reference and gradcheck paths): no tensor cores to feed, small tiles
 WIDE = dict(fwd=(32, 32, 4, 1), dkdv=(32, 32, 4, 1), dq=(32, 32, 4, 1))
 # Triton's CPU interpreter: blocks of 16, so the checks' short sequences span several blocks
 CPU = dict(fwd=(16, 16, 1, 1), dkdv=(16, 16, 1, 1), dq=(16, 16, 1, 1))
@@ -63,9 +47,11 @@ CPU = dict(fwd=(16, 16, 1, 1), dkdv=(16, 16, 1, 1), dq=(16, 16, 1, 1))
 
 @triton.jit
 def _join(hi, lo, acc_ty: tl.constexpr):
-    """hi + lo in the math type (see _split). Added to a zero of acc_ty, not cast with .to():
-    Triton's CPU interpreter passes a scalar argument as a Python float, which has no .to()."""
-    return (tl.zeros([], acc_ty) + hi) + lo
+    """hi + lo (see _split), cast to the math type. The cast matters: a float argument is fp32
+    in a plain launch but fp64 under torch.compile (Inductor's launcher types Python floats so),
+    and an fp64 scale would promote m, l and acc to fp64 inside the loops. Added to a zero
+    rather than cast alone: on Triton's interpreter a float argument may be a Python float."""
+    return (tl.zeros([], acc_ty) + hi + lo).to(acc_ty)
 
 
 @triton.jit
@@ -77,32 +63,70 @@ def _mma(a, b, acc, PREC: tl.constexpr):
         return tl.dot(a, b, acc, input_precision=PREC)  # in place in the tensor-core accumulator
 
 
+@triton.jit
+def _head(X, off_hz, H, stride_b, stride_h):
+    """X's slice for (batch, head) = divmod(off_hz, H), in int64 (B H S D may pass 2^31)."""
+    return X + (off_hz // H).to(tl.int64) * stride_b + (off_hz % H).to(tl.int64) * stride_h
+
+
+@triton.jit
+def _ptrs(base, rows, offs_d, stride_s, stride_d, T: tl.constexpr):
+    """Pointers to rows `rows` of one head: a [rows, D] tile, or its transpose [D, rows] (T)."""
+    if T:
+        ptrs = base + rows[None, :] * stride_s + offs_d[:, None] * stride_d
+    else:
+        ptrs = base + rows[:, None] * stride_s + offs_d[None, :] * stride_d
+    return ptrs
+
+
+@triton.jit
+def _load(base, rows, offs_d, stride_s, stride_d, S):
+    """A [rows, D] tile of one head, rows at or past S read as 0."""
+    return tl.load(_ptrs(base, rows, offs_d, stride_s, stride_d, False),
+                   mask=(rows < S)[:, None], other=0.0)
+
+
+@triton.jit
+def _keep(offs_m, offs_n, S, CAUSAL: tl.constexpr):
+    """The scores of a [query, key] block that count: keys before S, causal: not after the query."""
+    keep = offs_n[None, :] < S
+    if CAUSAL:
+        keep = keep & (offs_m[:, None] >= offs_n[None, :])
+    return keep
+
+
+@triton.jit
+def _key_split(start_m, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """A query block's keys: unmasked up to `mid`, masked from `mid` to `end` (causal: the diagonal
+    block, the blocks above it never visited; not causal: the partial last block)."""
+    if CAUSAL:
+        mid, end = start_m * BLOCK_M, (start_m + 1) * BLOCK_M
+    else:
+        mid, end = (S // BLOCK_N) * BLOCK_N, S
+    return mid, end
+
+
 # --- forward -----------------------------------------------------------------------------------
 
 @triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
-               offs_m, offs_d, lo, hi, S, qk_scale,
-               BLOCK_N: tl.constexpr, DIAG: tl.constexpr, BOUNDS: tl.constexpr,
-               PREC: tl.constexpr):
-    """Key blocks lo, lo + BLOCK_N, ... < hi into (acc, l, m). DIAG: mask keys after the query
-    (the causal diagonal); BOUNDS: keys may pass S (masked loads and scores)."""
+               offs_m, offs_d, lo, hi, S, qk_scale, BLOCK_N: tl.constexpr,
+               CAUSAL: tl.constexpr, MASKED: tl.constexpr, PREC: tl.constexpr):
+    """Key blocks lo, lo + BLOCK_N, ... < hi into (acc, l, m); MASKED: scores _keep drops."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        k_ptrs = k_base + offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd  # kᵀ [D, BN]
-        v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd  # v [BN, D]
-        if BOUNDS:
+        k_ptrs = _ptrs(k_base, offs_n, offs_d, stride_ks, stride_kd, True)    # kᵀ [D, BN]
+        v_ptrs = _ptrs(v_base, offs_n, offs_d, stride_vs, stride_vd, False)   # v [BN, D]
+        if MASKED:
             kT = tl.load(k_ptrs, mask=offs_n[None, :] < S, other=0.0)
             v = tl.load(v_ptrs, mask=offs_n[:, None] < S, other=0.0)
         else:
             kT = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
         qk = tl.dot(q, kT, input_precision=PREC)             # fp32 (fp64 for fp64 inputs)
-        if DIAG or BOUNDS:
-            keep = offs_n[None, :] < S
-            if DIAG:
-                keep = keep & (offs_m[:, None] >= offs_n[None, :])
-            qk = tl.where(keep, qk, -1.0e30)  # finite: a row of only masked keys gives no NaN
+        if MASKED:  # finite: a row of only masked keys gives no NaN
+            qk = tl.where(_keep(offs_m, offs_n, S, CAUSAL), qk, -1.0e30)
         # base 2, the scale folded into one multiply-add per score
         m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
@@ -125,44 +149,27 @@ def _fwd_kernel(Q, K, V, O, LSE,                    # q, k, v: [B, H, S, D] any 
     acc_ty = tl.float64 if F64 else tl.float32
     off_hz = tl.program_id(0)
     start_m = tl.program_id(1)
-    if CAUSAL:
-        # the longest rows (the last query blocks) first: they run while short ones fill in
+    if CAUSAL:  # the longest rows (the last query blocks) first: they run while short ones fill in
         start_m = tl.num_programs(1) - 1 - start_m
-    off_b = (off_hz // H).to(tl.int64)
-    off_h = (off_hz % H).to(tl.int64)
     qk_scale = _join(scale_hi, scale_lo, acc_ty)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
-    q_base = Q + off_b * stride_qb + off_h * stride_qh
-    k_base = K + off_b * stride_kb + off_h * stride_kh
-    v_base = V + off_b * stride_vb + off_h * stride_vh
-    row_ok = offs_m < S
-    q = tl.load(q_base + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd,
-                mask=row_ok[:, None], other=0.0)
+    q = _load(_head(Q, off_hz, H, stride_qb, stride_qh), offs_m, offs_d, stride_qs, stride_qd, S)
+    k_base = _head(K, off_hz, H, stride_kb, stride_kh)
+    v_base = _head(V, off_hz, H, stride_vb, stride_vh)
     m_i = tl.full([BLOCK_M], float("-inf"), acc_ty)
     l_i = tl.zeros([BLOCK_M], acc_ty)
     acc = tl.zeros([BLOCK_M, HEAD_D], acc_ty)
-    if CAUSAL:
-        # below the diagonal: whole blocks, no mask; then the diagonal block, masked
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd,
-                                   stride_vs, stride_vd, offs_m, offs_d, 0, start_m * BLOCK_M,
-                                   S, qk_scale, BLOCK_N, False, False, PREC)
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd,
-                                   stride_vs, stride_vd, offs_m, offs_d, start_m * BLOCK_M,
-                                   (start_m + 1) * BLOCK_M, S, qk_scale, BLOCK_N, True, True,
-                                   PREC)
-    else:
-        full = (S // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd,
-                                   stride_vs, stride_vd, offs_m, offs_d, 0, full, S, qk_scale,
-                                   BLOCK_N, False, False, PREC)
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd,
-                                   stride_vs, stride_vd, offs_m, offs_d, full, S, S, qk_scale,
-                                   BLOCK_N, False, True, PREC)
-    o = acc / l_i[:, None]
-    o_base = O + off_hz.to(tl.int64) * S * HEAD_D
-    tl.store(o_base + offs_m[:, None] * HEAD_D + offs_d[None, :], o.to(O.dtype.element_ty),
-             mask=row_ok[:, None])
+    mid, end = _key_split(start_m, S, BLOCK_M, BLOCK_N, CAUSAL)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs,
+                               stride_vd, offs_m, offs_d, 0, mid, S, qk_scale, BLOCK_N, CAUSAL,
+                               False, PREC)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs,
+                               stride_vd, offs_m, offs_d, mid, end, S, qk_scale, BLOCK_N, CAUSAL,
+                               True, PREC)
+    row_ok = offs_m < S
+    o_ptrs = O + off_hz.to(tl.int64) * S * HEAD_D + offs_m[:, None] * HEAD_D + offs_d[None, :]
+    tl.store(o_ptrs, (acc / l_i[:, None]).to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + off_hz.to(tl.int64) * S + offs_m, m_i + tl.math.log2(l_i), mask=row_ok)
 
 
@@ -176,29 +183,26 @@ def _bwd_delta_kernel(O, DO, DELTA,                 # o: contiguous [B, H, S, D]
     off_hz = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
-    row_ok = offs_m < S
-    off_b = (off_hz // H).to(tl.int64)
-    off_h = (off_hz % H).to(tl.int64)
-    o = tl.load(O + off_hz.to(tl.int64) * S * HEAD_D + offs_m[:, None] * HEAD_D + offs_d[None, :],
-                mask=row_ok[:, None], other=0.0).to(acc_ty)
-    do = tl.load(DO + off_b * stride_db + off_h * stride_dh + offs_m[:, None] * stride_ds
-                 + offs_d[None, :] * stride_dd, mask=row_ok[:, None], other=0.0).to(acc_ty)
-    tl.store(DELTA + off_hz.to(tl.int64) * S + offs_m, tl.sum(o * do, 1), mask=row_ok)
+    o = _load(O + off_hz.to(tl.int64) * S * HEAD_D, offs_m, offs_d, HEAD_D, 1, S)
+    do = _load(_head(DO, off_hz, H, stride_db, stride_dh), offs_m, offs_d, stride_ds, stride_dd,
+               S)
+    delta = tl.sum(o.to(acc_ty) * do.to(acc_ty), 1)
+    tl.store(DELTA + off_hz.to(tl.int64) * S + offs_m, delta, mask=offs_m < S)
 
 
 @triton.jit
 def _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                stride_qs, stride_qd, stride_ds, stride_dd,
-                offs_n, offs_d, lo, hi, S, qk_scale,
+                stride_qs, stride_qd, stride_ds, stride_dd, offs_n, offs_d, lo, hi, S, qk_scale,
                 BLOCK_M: tl.constexpr, DIAG: tl.constexpr, BOUNDS: tl.constexpr,
                 PREC: tl.constexpr):
     """Query blocks lo, lo + BLOCK_M, ... < hi into this key block's (dk, dv), transposed
-    (key rows first): Pᵀ = exp2(qk_scale · k qᵀ - lse2)."""
+    (key rows first): Pᵀ = exp2(qk_scale · k qᵀ - lse2). DIAG: mask queries before the keys;
+    BOUNDS: queries may pass S (lse = inf there: P = 0)."""
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
-        q_ptrs = q_base + offs_m[None, :] * stride_qs + offs_d[:, None] * stride_qd   # qᵀ [D, BM]
-        do_ptrs = do_base + offs_m[:, None] * stride_ds + offs_d[None, :] * stride_dd  # [BM, D]
+        q_ptrs = _ptrs(q_base, offs_m, offs_d, stride_qs, stride_qd, True)      # qᵀ [D, BM]
+        do_ptrs = _ptrs(do_base, offs_m, offs_d, stride_ds, stride_dd, False)   # dO [BM, D]
         if BOUNDS:
             ok = offs_m < S
             qT = tl.load(q_ptrs, mask=ok[None, :], other=0.0)
@@ -233,19 +237,14 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
     acc_ty = tl.float64 if F64 else tl.float32
     off_hz = tl.program_id(0)
     start_n = tl.program_id(1) * BLOCK_N   # key block 0 sees every query: heaviest first
-    off_b = (off_hz // H).to(tl.int64)
-    off_h = (off_hz % H).to(tl.int64)
     scale = _join(scale_hi, scale_lo, acc_ty)
     qk_scale = _join(qk_scale_hi, qk_scale_lo, acc_ty)
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_D)
-    key_ok = offs_n < S
-    k = tl.load(K + off_b * stride_kb + off_h * stride_kh + offs_n[:, None] * stride_ks
-                + offs_d[None, :] * stride_kd, mask=key_ok[:, None], other=0.0)
-    v = tl.load(V + off_b * stride_vb + off_h * stride_vh + offs_n[:, None] * stride_vs
-                + offs_d[None, :] * stride_vd, mask=key_ok[:, None], other=0.0)
-    q_base = Q + off_b * stride_qb + off_h * stride_qh
-    do_base = DO + off_b * stride_db + off_h * stride_dh
+    k = _load(_head(K, off_hz, H, stride_kb, stride_kh), offs_n, offs_d, stride_ks, stride_kd, S)
+    v = _load(_head(V, off_hz, H, stride_vb, stride_vh), offs_n, offs_d, stride_vs, stride_vd, S)
+    q_base = _head(Q, off_hz, H, stride_qb, stride_qh)
+    do_base = _head(DO, off_hz, H, stride_db, stride_dh)
     lse_base = LSE + off_hz.to(tl.int64) * S
     delta_base = DELTA + off_hz.to(tl.int64) * S
     dk = tl.zeros([BLOCK_N, HEAD_D], acc_ty)
@@ -254,34 +253,33 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
     if CAUSAL:
         # queries before start_n never see these keys: start at the diagonal, masked
         lo = start_n + BLOCK_N
-        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                             stride_qs, stride_qd, stride_ds, stride_dd, offs_n, offs_d,
-                             start_n, lo, S, qk_scale, BLOCK_M, True, True, PREC)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs,
+                             stride_qd, stride_ds, stride_dd, offs_n, offs_d, start_n, lo, S,
+                             qk_scale, BLOCK_M, True, True, PREC)
     else:
         lo = start_n * 0   # a tensor in both branches: tl.maximum below
-    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                         stride_qs, stride_qd, stride_ds, stride_dd, offs_n, offs_d,
-                         lo, full, S, qk_scale, BLOCK_M, False, False, PREC)
-    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                         stride_qs, stride_qd, stride_ds, stride_dd, offs_n, offs_d,
-                         tl.maximum(lo, full), S, S, qk_scale, BLOCK_M, False, True, PREC)
+    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs,
+                         stride_qd, stride_ds, stride_dd, offs_n, offs_d, lo, full, S, qk_scale,
+                         BLOCK_M, False, False, PREC)
+    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs,
+                         stride_qd, stride_ds, stride_dd, offs_n, offs_d, tl.maximum(lo, full), S,
+                         S, qk_scale, BLOCK_M, False, True, PREC)
     out = off_hz.to(tl.int64) * S * HEAD_D + offs_n[:, None] * HEAD_D + offs_d[None, :]
-    tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=key_ok[:, None])
-    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
+    tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=(offs_n < S)[:, None])
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=(offs_n < S)[:, None])
 
 
 @triton.jit
 def _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
-              offs_m, offs_d, lo, hi, S, qk_scale,
-              BLOCK_N: tl.constexpr, DIAG: tl.constexpr, BOUNDS: tl.constexpr,
-              PREC: tl.constexpr):
+              offs_m, offs_d, lo, hi, S, qk_scale, BLOCK_N: tl.constexpr,
+              CAUSAL: tl.constexpr, MASKED: tl.constexpr, PREC: tl.constexpr):
     """Key blocks lo, lo + BLOCK_N, ... < hi into this query block's dq (unscaled)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        k_ptrs = k_base + offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd   # kᵀ [D, BN]
-        v_ptrs = v_base + offs_n[None, :] * stride_vs + offs_d[:, None] * stride_vd   # vᵀ [D, BN]
-        if BOUNDS:
+        k_ptrs = _ptrs(k_base, offs_n, offs_d, stride_ks, stride_kd, True)    # kᵀ [D, BN]
+        v_ptrs = _ptrs(v_base, offs_n, offs_d, stride_vs, stride_vd, True)    # vᵀ [D, BN]
+        if MASKED:
             kT = tl.load(k_ptrs, mask=offs_n[None, :] < S, other=0.0)
             vT = tl.load(v_ptrs, mask=offs_n[None, :] < S, other=0.0)
         else:
@@ -289,11 +287,8 @@ def _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, strid
             vT = tl.load(v_ptrs)
         qk = tl.dot(q, kT, input_precision=PREC)
         p = tl.math.exp2(qk * qk_scale - lse[:, None])
-        if DIAG or BOUNDS:
-            keep = offs_n[None, :] < S
-            if DIAG:
-                keep = keep & (offs_m[:, None] >= offs_n[None, :])
-            p = tl.where(keep, p, 0.0)
+        if MASKED:
+            p = tl.where(_keep(offs_m, offs_n, S, CAUSAL), p, 0.0)
         dp = tl.dot(do, vT, input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = _mma(ds.to(kT.dtype), tl.trans(kT), dq, PREC)
@@ -314,37 +309,24 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
     start_m = tl.program_id(1)
     if CAUSAL:
         start_m = tl.num_programs(1) - 1 - start_m   # the longest rows first
-    off_b = (off_hz // H).to(tl.int64)
-    off_h = (off_hz % H).to(tl.int64)
     scale = _join(scale_hi, scale_lo, acc_ty)
     qk_scale = _join(qk_scale_hi, qk_scale_lo, acc_ty)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     row_ok = offs_m < S
-    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qs
-                + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + off_b * stride_db + off_h * stride_dh + offs_m[:, None] * stride_ds
-                 + offs_d[None, :] * stride_dd, mask=row_ok[:, None], other=0.0)
+    q = _load(_head(Q, off_hz, H, stride_qb, stride_qh), offs_m, offs_d, stride_qs, stride_qd, S)
+    do = _load(_head(DO, off_hz, H, stride_db, stride_dh), offs_m, offs_d, stride_ds, stride_dd,
+               S)
     lse = tl.load(LSE + off_hz.to(tl.int64) * S + offs_m, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + off_hz.to(tl.int64) * S + offs_m, mask=row_ok, other=0.0)
-    k_base = K + off_b * stride_kb + off_h * stride_kh
-    v_base = V + off_b * stride_vb + off_h * stride_vh
+    k_base = _head(K, off_hz, H, stride_kb, stride_kh)
+    v_base = _head(V, off_hz, H, stride_vb, stride_vh)
     dq = tl.zeros([BLOCK_M, HEAD_D], acc_ty)
-    if CAUSAL:
-        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs,
-                       stride_vd, offs_m, offs_d, 0, start_m * BLOCK_M, S, qk_scale, BLOCK_N,
-                       False, False, PREC)
-        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs,
-                       stride_vd, offs_m, offs_d, start_m * BLOCK_M, (start_m + 1) * BLOCK_M, S,
-                       qk_scale, BLOCK_N, True, True, PREC)
-    else:
-        full = (S // BLOCK_N) * BLOCK_N
-        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs,
-                       stride_vd, offs_m, offs_d, 0, full, S, qk_scale, BLOCK_N, False, False,
-                       PREC)
-        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs,
-                       stride_vd, offs_m, offs_d, full, S, S, qk_scale, BLOCK_N, False, True,
-                       PREC)
+    mid, end = _key_split(start_m, S, BLOCK_M, BLOCK_N, CAUSAL)
+    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs,
+                   stride_vd, offs_m, offs_d, 0, mid, S, qk_scale, BLOCK_N, CAUSAL, False, PREC)
+    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs,
+                   stride_vd, offs_m, offs_d, mid, end, S, qk_scale, BLOCK_N, CAUSAL, True, PREC)
     tl.store(DQ + off_hz.to(tl.int64) * S * HEAD_D + offs_m[:, None] * HEAD_D + offs_d[None, :],
              (dq * scale).to(DQ.dtype.element_ty), mask=row_ok[:, None])
 
@@ -376,48 +358,67 @@ def _check(q, k, v) -> None:
 
 
 def _split(x: float) -> tuple[float, float]:
-    """x as hi + lo, two float32 values: Triton passes a float argument as fp32, and the
-    float64 path needs the scale to ~48 bits (gradcheck)."""
+    """x as hi + lo, two float32 values: a plain launch passes a float argument as fp32, and
+    the float64 path needs the scale to ~48 bits (gradcheck)."""
     f32 = lambda y: struct.unpack("f", struct.pack("f", y))[0]  # no tensor: no ATen op
     hi = f32(x)
     return hi, f32(x - hi)
 
 
-def _config(q, causal: bool) -> dict:
+def _config(q) -> dict:
     if not q.is_cuda:
         return CPU
     if q.dtype in (torch.float32, torch.float64):
         return WIDE
     # int(): under torch.compile's dynamic shapes D is a SymInt, which a dict cannot hash; D is
     # 64 or 128, so specializing on it costs nothing
-    return CONFIGS[(int(q.shape[-1]), bool(causal))]
+    return CONFIGS[int(q.shape[-1])]
 
 
 def _kind(q) -> dict:
-    f64 = q.dtype == torch.float64
     # fp32 must stay fp32: tl.dot's default rounds fp32 operands to tf32 (10 bits)
     prec = "ieee" if q.dtype in (torch.float32, torch.float64) else "tf32"
-    return dict(F64=f64, PREC=prec)
+    return dict(F64=q.dtype == torch.float64, PREC=prec)
 
 
 def _direct(kernel):
     return kernel  # the eager door: launch the JIT function itself
 
 
+def _fwd(q, k, v, o, lse, causal, scale, launch, cfg):
+    BM, BN, warps, stages = cfg
+    B, H, S, D = q.shape
+    launch(_fwd_kernel)[(B * H, triton.cdiv(S, BM))](
+        q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), H, S, *_split(scale * LOG2E),
+        HEAD_D=D, BLOCK_M=BM, BLOCK_N=BN, CAUSAL=bool(causal), **_kind(q), num_warps=warps,
+        num_stages=stages)
+
+
+def _dkdv(q, k, v, do, lse, delta, dk, dv, causal, scale, launch, cfg):
+    BN, BM, warps, stages = cfg
+    B, H, S, D = q.shape
+    launch(_bwd_dkdv_kernel)[(B * H, triton.cdiv(S, BN))](
+        q, k, v, do, lse, delta, dk, dv, *q.stride(), *k.stride(), *v.stride(), *do.stride(), H,
+        S, *_split(scale), *_split(scale * LOG2E), HEAD_D=D, BLOCK_N=BN, BLOCK_M=BM,
+        CAUSAL=bool(causal), **_kind(q), num_warps=warps, num_stages=stages)
+
+
+def _dq(q, k, v, do, lse, delta, dq, causal, scale, launch, cfg):
+    BM, BN, warps, stages = cfg
+    B, H, S, D = q.shape
+    launch(_bwd_dq_kernel)[(B * H, triton.cdiv(S, BM))](
+        q, k, v, do, lse, delta, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(), H, S,
+        *_split(scale), *_split(scale * LOG2E), HEAD_D=D, BLOCK_M=BM, BLOCK_N=BN,
+        CAUSAL=bool(causal), **_kind(q), num_warps=warps, num_stages=stages)
+
+
 def _fwd_impl(q, k, v, causal, scale, launch):
     _check(q, k, v)
-    B, H, S, D = q.shape
-    o = torch.empty((B, H, S, D), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, H, S), dtype=torch.float64 if q.dtype == torch.float64 else
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=torch.float64 if q.dtype == torch.float64 else
                       torch.float32, device=q.device)
-    if o.numel() == 0:
-        return o, lse
-    BM, BN, warps, stages = _config(q, causal)["fwd"]
-    hi, lo = _split(scale * LOG2E)
-    launch(_fwd_kernel)[(B * H, triton.cdiv(S, BM))](
-        q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), H, S, hi, lo,
-        HEAD_D=D, BLOCK_M=BM, BLOCK_N=BN, CAUSAL=bool(causal), **_kind(q),
-        num_warps=warps, num_stages=stages)
+    if o.numel():
+        _fwd(q, k, v, o, lse, causal, scale, launch, _config(q)["fwd"])
     return o, lse
 
 
@@ -425,32 +426,18 @@ def _bwd_impl(do, q, k, v, o, lse, causal, scale, launch):
     _check(q, k, v)
     if do.shape != q.shape:
         raise ValueError(f"grad of o must have o's shape {tuple(q.shape)}, got {tuple(do.shape)}")
-    B, H, S, D = q.shape
-    dq = torch.empty((B, H, S, D), dtype=q.dtype, device=q.device)
-    dk = torch.empty_like(dq)
-    dv = torch.empty_like(dq)
+    dq, dk, dv = (torch.empty(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
     if dq.numel() == 0:
         return dq, dk, dv
     if do.dtype != q.dtype:
         raise TypeError(f"grad of o must have q's dtype {q.dtype}, got {do.dtype}")
-    cfg = _config(q, causal)
-    kind = _kind(q)
+    B, H, S, D = q.shape
+    cfg = _config(q)
     delta = torch.empty_like(lse)
     launch(_bwd_delta_kernel)[(B * H, triton.cdiv(S, 64))](
-        o, do, delta, *do.stride(), H, S, HEAD_D=D, BLOCK_M=64, F64=kind["F64"], num_warps=4)
-    s_hi, s_lo = _split(scale)
-    qs_hi, qs_lo = _split(scale * LOG2E)
-    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    BN1, BM1, warps, stages = cfg["dkdv"]
-    launch(_bwd_dkdv_kernel)[(B * H, triton.cdiv(S, BN1))](
-        q, k, v, do, lse, delta, dk, dv, *strides, H, S, s_hi, s_lo, qs_hi, qs_lo,
-        HEAD_D=D, BLOCK_N=BN1, BLOCK_M=BM1, CAUSAL=bool(causal), **kind,
-        num_warps=warps, num_stages=stages)
-    BM2, BN2, warps, stages = cfg["dq"]
-    launch(_bwd_dq_kernel)[(B * H, triton.cdiv(S, BM2))](
-        q, k, v, do, lse, delta, dq, *strides, H, S, s_hi, s_lo, qs_hi, qs_lo,
-        HEAD_D=D, BLOCK_M=BM2, BLOCK_N=BN2, CAUSAL=bool(causal), **kind,
-        num_warps=warps, num_stages=stages)
+        o, do, delta, *do.stride(), H, S, HEAD_D=D, BLOCK_M=64, F64=_kind(q)["F64"], num_warps=4)
+    _dkdv(q, k, v, do, lse, delta, dk, dv, causal, scale, launch, cfg["dkdv"])
+    _dq(q, k, v, do, lse, delta, dq, causal, scale, launch, cfg["dq"])
     return dq, dk, dv
 
 

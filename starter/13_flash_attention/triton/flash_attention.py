@@ -22,7 +22,7 @@ LOG2E = 1.4426950408889634
 IMPLEMENTED = False  # set True once the kernels below are written
 
 # Block sizes, warps and pipeline stages per (head dim, causal), for 16-bit inputs on Hopper
-# (sm_90). Chosen by benchmarks/flash_attention.py --sweep on an H200 (2026-11-26):
+# (sm_90). Chosen by a sweep on an H200 (2026-11-26; benchmarks/flash_attention_sweep.py):
 # 9-10 configs per kernel at each benchmark case (README: "Measured"); the non-benchmarked
 # pairs take their head dim's. BLOCK_M must be a multiple of BLOCK_N in the forward and dQ
 # kernels (the causal diagonal is split in BLOCK_N steps), BLOCK_N of BLOCK_M in dK/dV.
@@ -42,9 +42,11 @@ CPU = dict(fwd=(16, 16, 1, 1), dkdv=(16, 16, 1, 1), dq=(16, 16, 1, 1))
 
 @triton.jit
 def _join(hi, lo, acc_ty: tl.constexpr):
-    """hi + lo in the math type (see _split). Added to a zero of acc_ty, not cast with .to():
-    Triton's CPU interpreter passes a scalar argument as a Python float, which has no .to()."""
-    return (tl.zeros([], acc_ty) + hi) + lo
+    """hi + lo (see _split), cast to the math type. The cast matters: a float argument is fp32
+    in a plain launch but fp64 under torch.compile (Inductor's launcher types Python floats so),
+    and an fp64 scale would promote m, l and acc to fp64 inside the loops. Added to a zero
+    rather than cast alone: on Triton's interpreter a float argument may be a Python float."""
+    return (tl.zeros([], acc_ty) + hi + lo).to(acc_ty)
 
 
 @triton.jit

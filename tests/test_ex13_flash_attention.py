@@ -1,0 +1,188 @@
+"""Exercise 13: its solution compiles for Hopper (sm_90) the way torch.compile launches it, on a
+machine without a GPU, and (on the GPU machine) runs under torch.compile(fullgraph=True); the
+reference the grader validates timed calls against (reference.exact) is the reference's math.
+
+Why the compile: Inductor's launcher types a Python float kernel argument as fp64 where a plain launch types
+it fp32 (torch/_inductor/codegen/triton_utils.py: signature_of). A kernel whose math type follows
+a float argument then compiles in eager mode and on the interpreter, and fails under
+torch.compile only ("Loop-carried variable acc has initial type fp32 but is re-assigned to fp64
+in loop"): no CPU check of the exercise saw it. Triton compiles to PTX and a cubin without a GPU
+(its ptxas is bundled), so here each kernel the solution's launchers start is compiled for sm_90
+with the launch's own arguments, floats typed as Inductor types them (fp64), at the graded
+configs: it must compile, keep its block math out of fp64 for 16-bit inputs, and fit sm_90's
+shared memory (a config that asks more fails only at launch).
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+triton = pytest.importorskip("triton")
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+SOLUTION = ROOT / "solutions" / "13_flash_attention" / "triton" / "flash_attention.py"
+REFERENCE = ROOT / "exercises" / "13_flash_attention" / "reference.py"
+SM90 = GPUTarget("cuda", 90, 32)
+SM90_SHARED = 232448  # bytes of shared memory one block may use on sm_90 (227 KB)
+POINTER = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32",
+           torch.float64: "*fp64"}
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def fa():
+    return _load(SOLUTION, "ex13_solution")  # registers ex13_triton::* once for these tests
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return _load(REFERENCE, "ex13_reference")
+
+
+# --- reference.exact: what every timed call is held to ------------------------------------------
+
+@pytest.mark.parametrize("budget", [1 << 27, 1000, 1], ids=["one block", "blocks", "row by row"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(2, 3, 37, 64), (1, 2, 1, 128), (1, 1, 100, 64)], ids=str)
+def test_exact_is_the_reference_with_its_gradients(ref, monkeypatch, shape, causal, budget):
+    """exact's blocks and closed-form backward against autograd through `reference` (the S x S
+    softmax), in float64: the same numbers to rounding (the incoming gradient an expanded view,
+    as o.sum()'s is)."""
+    monkeypatch.setattr(ref, "ROWS_AT_ONCE", budget)
+    g = torch.Generator().manual_seed(sum(shape) + causal)
+    q, k, v = (torch.randn(shape, dtype=torch.float64, generator=g) for _ in range(3))
+    do = torch.randn(shape[:2] + (1, shape[3]), dtype=torch.float64, generator=g).expand(shape)
+    outs = []
+    for fn in (ref.exact, ref.reference):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        o = fn(*leaves, causal, 0.3)
+        o.backward(do)
+        outs.append([o.detach()] + [t.grad for t in leaves])
+    for name, got, want in zip(("o", "dq", "dk", "dv"), *outs):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_exact_keeps_16_bit_inputs_in_float32(ref):
+    q, k, v = (torch.randn(1, 2, 20, 64).to(torch.bfloat16) for _ in range(3))
+    got = ref.exact(q, k, v, True)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), ref.reference(q, k, v, True).float(), rtol=0, atol=0.02)
+
+
+# --- the solution's kernels for sm_90 ------------------------------------------------------------
+
+
+class _Recorder:
+    """Stands for `launch` (wrap_triton, or the eager door's identity): records each kernel's
+    grid, arguments and compile options instead of running it."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __call__(self, kernel):
+        def at(grid):
+            def run(*args, **kwargs):
+                self.launches.append((kernel, grid, args, kwargs))
+            return run
+        return type("Grid", (), {"__getitem__": lambda _self, grid: at(grid)})()
+
+
+def _launches(fa, monkeypatch, dtype, D, causal):
+    """Every kernel launch of one forward and one backward at the GPU configs (the launchers run
+    on CPU tensors; nothing is computed)."""
+    table = fa.WIDE if dtype in (torch.float32, torch.float64) else fa.CONFIGS[D]
+    monkeypatch.setattr(fa, "_config", lambda q, *_: table)
+    q, k, v, do = (torch.randn(2, 3, 200, D).to(dtype) for _ in range(4))
+    rec = _Recorder()
+    o, lse = fa._fwd_impl(q, k, v, causal, 1 / math.sqrt(D), rec)
+    fa._bwd_impl(do, q, k, v, o, lse, causal, 1 / math.sqrt(D), rec)
+    return rec.launches
+
+
+def _compile(kernel, args, kwargs, float_type):
+    """triton.compile for sm_90 with the arguments typed as a launcher types them: tensors as
+    pointers, ints as i32 (a stride of 1 specialized to a constant, as both launchers do),
+    floats as `float_type`, keywords as constexprs."""
+    options = {k: kwargs[k] for k in ("num_warps", "num_stages") if k in kwargs}
+    constexprs = {k: v for k, v in kwargs.items() if k not in options}
+    signature, attrs = {}, {}
+    for i, (name, arg) in enumerate(zip(kernel.arg_names, args)):
+        if isinstance(arg, torch.Tensor):
+            signature[name] = POINTER[arg.dtype]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(arg, bool):
+            signature[name] = "i1"
+        elif isinstance(arg, int) and arg == 1:
+            signature[name], constexprs[name] = "constexpr", 1
+        elif isinstance(arg, int):
+            signature[name] = "i32"
+            if arg % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(arg, float):
+            signature[name] = float_type
+        else:
+            raise TypeError(f"{name}: {type(arg).__name__} argument")
+    for name in constexprs:
+        signature[name] = "constexpr"
+    assert set(signature) == set(kernel.arg_names), "every kernel argument passed"
+    return triton.compile(ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs),
+                          target=SM90, options=options)
+
+
+CASES = [(torch.bfloat16, 64, True),     # the leaderboard case's kernels
+         (torch.bfloat16, 128, False),   # the wide case's
+         (torch.float64, 64, True)]      # the float64 path (fp64 math on purpose)
+
+
+@pytest.mark.parametrize("dtype,D,causal", CASES, ids=lambda c: str(c).removeprefix("torch."))
+def test_kernels_compile_for_sm90_as_inductor_launches_them(fa, monkeypatch, dtype, D, causal):
+    """Floats typed fp64 (the plain launch's fp32 runs in every GPU check)."""
+    launches = _launches(fa, monkeypatch, dtype, D, causal)
+    assert [k.__name__ for k, *_ in launches] == [
+        "_fwd_kernel", "_bwd_delta_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel"]
+    for kernel, _grid, args, kwargs in launches:
+        what = f"{kernel.__name__} ({str(dtype).removeprefix('torch.')}, D={D}, causal={causal})"
+        try:
+            compiled = _compile(kernel, args, kwargs, "fp64")
+        except Exception as e:  # the compiler's message says which line and why
+            pytest.fail(f"{what} does not compile for sm_90: {type(e).__name__}: {e}")
+        if dtype != torch.float64:
+            assert "xf64>" not in compiled.asm["ttir"], \
+                f"{what}: fp64 tensors in the kernel's math (a float argument's type leaked)"
+        assert compiled.metadata.shared <= SM90_SHARED, \
+            f"{what}: {compiled.metadata.shared} bytes of shared memory, sm_90 has {SM90_SHARED}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("S,D", [(200, 64), (1000, 128)], ids=str)  # partial last blocks
+def test_torch_compile_fullgraph_on_gpu(fa, ref, S, D, causal):
+    """torch.compile(fullgraph=True) of the solution, forward and backward, in bf16: against the
+    float64 reference within the exercise's normwise bound (1e-2 for bf16)."""
+    torch._dynamo.reset()
+    g = torch.Generator(device="cuda").manual_seed(S + D)
+    q, k, v, do = (torch.randn(2, 3, S, D, device="cuda", generator=g).to(torch.bfloat16)
+                   for _ in range(4))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    compiled = torch.compile(fa.flash_attention, fullgraph=True)
+    o = compiled(*leaves, causal)
+    o.backward(do)
+    exact = [t.double().requires_grad_() for t in (q, k, v)]
+    want = ref.reference(*exact, causal)
+    want.backward(do.double())
+    for name, got, w in zip(("o", "dq", "dk", "dv"), [o] + [t.grad for t in leaves],
+                            [want] + [t.grad for t in exact]):
+        err = ((got.double() - w).norm() / w.norm()).item()
+        assert err < 1e-2, f"{name}: normwise error {err:.3g} under torch.compile"
