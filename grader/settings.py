@@ -30,6 +30,9 @@ class Settings:
     keep_logs: str | None = None   # a folder: keep every judge's log and events there
     run_cache: str | None = None   # a folder of this run's baseline timings (shared by tracks)
     bench_repeats: int = 2         # make bench: times the graded case is measured
+    signals: str = "auto"          # the submission's signal fence (grader.sandbox): auto is
+    #                                Landlock's scope where the kernel has it, else a seccomp
+    #                                filter; seccomp: the filter even there (tests the fallback)
 
     def replace(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)
