@@ -49,7 +49,8 @@ def cmd_grade(args) -> int:
     base = from_environment()  # what a caller passed on (a batch, a test), then the arguments
     settings = base.replace(quick=args.quick or base.quick, build=args.build, repro=args.repro,
                             sanitize=args.sanitize, small=bool(args.sanitize) or base.small,
-                            check_timeout=900 if args.sanitize else base.check_timeout)
+                            check_timeout=900 if args.sanitize else base.check_timeout,
+                            signals=args.signals or base.signals)
     sub = Submission(_tree(args), tuple(exercises), settings=settings, jobs=args.jobs,
                      bench=not (args.no_bench or args.repro or args.sanitize))
     result = grade(sub, Progress(aot=args.build == "aot"))
@@ -110,6 +111,10 @@ def main(argv=None) -> int:
                    "failing example again (a failure prints the command); needs --exercise")
     g.add_argument("--sanitize", choices=["memcheck", "racecheck", "initcheck", "synccheck"],
                    help="the CUDA checks at small shapes under compute-sanitizer; no timing")
+    g.add_argument("--signals", choices=["auto", "seccomp"], help="the submission's signal "
+                   "fence: auto (Landlock's signal scope where the kernel has it, else a seccomp "
+                   "filter) or seccomp (the filter even there); the line under the scorecard "
+                   "says which is on")
     g.add_argument("--visibility", **VISIBILITY)
     batch_arguments(sub.add_parser("batch", help="grade every submission in a folder (a class)"))
     sub.choices["bench"].add_argument("--out", default=str(ROOT / "docs"))

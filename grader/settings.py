@@ -32,6 +32,9 @@ class Settings:
     bench_repeats: int = 2         # make bench: times the graded case is measured
     first: tuple[str, ...] = ()    # checks run before the others (the watch loop: those that
     #                                failed last time), by name as the scorecard shows them
+    signals: str = "auto"          # the submission's signal fence (grader.sandbox): auto is
+    #                                Landlock's scope where the kernel has it, else a seccomp
+    #                                filter; seccomp: the filter even there (tests the fallback)
 
     def replace(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)

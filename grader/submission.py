@@ -5,8 +5,9 @@ asks (a call of the op, its backward, opcheck, torch.compile, the timing loop) a
 
 Started by the judge (grader.launch, grader.proxy) with a socket as its only channel. Before the submission is
 imported it: makes the file system read-only except its scratch folder and the track's build
-caches (Linux Landlock, where the kernel has it); records attempts to write into the repository
-(an audit hook); poisons fresh allocations with NaN; and wraps every call in torch.profiler, so
+caches (Linux Landlock, where the kernel has it); fences its signals, so that it cannot kill the
+judge or the grader (Landlock's scope, or a seccomp filter: grader.sandbox); records attempts to
+write into the repository (an audit hook); poisons fresh allocations with NaN; and wraps every call in torch.profiler, so
 the judge sees which PyTorch ops and kernels the submission's op used and on which stream. What
 this process reports is evidence the judge weighs, never a verdict: the judge compares values
 itself, keeps its own clock and re-checks the repository by hash.

@@ -36,6 +36,10 @@ INTERPRETER = ("needs a GPU: Triton's CPU interpreter reads the data pointer of 
                "kernel gets, and {what} runs the op on FakeTensors, which have none")
 
 
+# opcheck's tests that decide on the interpreter what they decide on a GPU (opcheck_samples)
+INTERPRETER_OPCHECK = ("test_schema", "test_autograd_registration", "test_faketensor")
+
+
 def on_interpreter(track, device) -> bool:
     """A Python (Triton) track running on CPU tensors: Triton's interpreter."""
     return device == "cpu" and not track.sources
@@ -177,11 +181,15 @@ def opcheck_samples(impl, track, device, qualname: str, samples) -> None:
 
     opcheck runs the op's schema, fake (meta) kernel, autograd registration and AOT dispatch
     tests. It runs in the submission's process (it must call the registered op there). On
-    Triton's CPU interpreter only its schema test runs (it calls the op on real tensors, and
-    fails an op that writes into an input its schema does not declare mutated); the fake-tensor
-    tests need a GPU (the interpreter reads FakeTensors' data pointers, which they lack).
+    Triton's CPU interpreter three of them run, each deciding there what it decides on a GPU:
+    the schema test (it calls the op on real tensors, and fails an op that writes into an input
+    its schema does not declare mutated), the autograd registration test, and the fake-tensor
+    test (the fake kernel's output shapes, dtypes and strides against the real outputs'; a
+    triton_op's launches on FakeTensors do nothing there, as on the GPU: grader.interp). The
+    AOT dispatch tests need a GPU: they trace the op, and under the interpreter torch's
+    wrap_triton hands back the interpreted kernel itself, which a trace cannot record.
     """
-    utils = ("test_schema",) if on_interpreter(track, device) else None
+    utils = INTERPRETER_OPCHECK if on_interpreter(track, device) else None
     for args, kwargs in samples:
         impl.opcheck(qualname, tuple(args), dict(kwargs or {}), test_utils=utils)
 

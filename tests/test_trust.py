@@ -191,31 +191,89 @@ def test_an_undeclared_mutation_fails_on_the_cpu(variant, configure):
     assert "residual is not defined as mutable but was mutated" in failed(r)["test_opcheck"]
 
 
-def test_a_submission_cannot_signal_outside_its_sandbox(tmp_path):
-    """Landlock's signal scope (ABI 6+): the sandboxed process cannot kill the judge or the
-    grader (here: a process started before it), only what it starts itself."""
+def _signal_fence(mode):
+    """Skip where this machine cannot put up the fence `mode` asks for (auto: Landlock's scope,
+    ABI 6+; seccomp: the fallback, libseccomp); the state line the sandbox then reports says."""
+    from grader.sandbox import landlock_abi
+    if mode == "auto" and landlock_abi() < 6:
+        pytest.skip(f"Landlock ABI {landlock_abi()} has no signal scope (Linux 6.12+)")
+    if mode == "seccomp":
+        import ctypes
+        try:
+            ctypes.CDLL("libseccomp.so.2")
+        except OSError:
+            pytest.skip("no libseccomp.so.2 here: the seccomp fallback cannot be put up")
+    return "signals: Landlock scope" if mode == "auto" else "signals: seccomp filter"
+
+
+@pytest.mark.parametrize("mode", ["auto", "seccomp"])
+def test_a_submission_cannot_signal_outside_its_sandbox(tmp_path, mode):
+    """Landlock's signal scope (ABI 6+), or the seccomp filter where the kernel is older (forced
+    here by signals = seccomp): the sandboxed process cannot kill a process started before it,
+    alone or as a group; its own signals (to itself, to its threads) still arrive."""
     import signal
     import sys
-    from grader.sandbox import close_filesystem, landlock_abi
-    if landlock_abi() < 6:
-        pytest.skip(f"Landlock ABI {landlock_abi()} has no signal scope (Linux 6.12+)")
-    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    state = _signal_fence(mode)
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              start_new_session=True)
     try:
         code = subprocess.run([sys.executable, "-c", (
-            "import os, signal, sys\n"
+            "import os, signal, sys, threading\n"
             f"sys.path.insert(0, {str(ROOT)!r})\n"
             "from pathlib import Path\n"
             "from grader.sandbox import close_filesystem\n"
-            f"print(close_filesystem([Path({str(tmp_path)!r})]))\n"
-            "try:\n"
-            f"    os.kill({victim.pid}, signal.SIGKILL)\n"
-            "except PermissionError:\n"
-            "    sys.exit(3)\n")], capture_output=True, text=True, timeout=60)
+            f"print(close_filesystem([Path({str(tmp_path)!r})], signals={mode!r}))\n"
+            "got = []\n"
+            "signal.signal(signal.SIGUSR1, lambda *a: got.append(threading.get_ident()))\n"
+            "os.kill(os.getpid(), signal.SIGUSR1)\n"
+            "t = threading.Thread(target=lambda: [None for _ in range(10**6)])\n"
+            "t.start(); signal.pthread_kill(t.ident, signal.SIGUSR1); t.join()\n"
+            "if len(got) != 2:\n"
+            "    sys.exit(4)\n"
+            "for attack in (lambda: os.kill({0}, signal.SIGKILL),\n"
+            "               lambda: os.killpg({0}, signal.SIGKILL)):\n"
+            "    try:\n"
+            "        attack()\n"
+            "    except PermissionError:\n"
+            "        continue\n"
+            "    sys.exit(5)\n"
+            "sys.exit(3)\n").format(victim.pid)], capture_output=True, text=True, timeout=60)
         assert code.returncode == 3, code.stdout + code.stderr
-        assert "signals scoped to the sandbox" in code.stdout
+        assert state in code.stdout, code.stdout
         assert victim.poll() is None
     finally:
         victim.kill()
+
+
+# the op of a submission that signals the judge, the grader (the judge's parent) and the
+# grader's process group, SIGKILL each, and computes only if every one was refused
+SIGNALS_OUT = (
+    "    import os, signal\n"
+    "    judge = os.getppid()\n"
+    "    top = int(open(f'/proc/{judge}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+    "    for attack in (lambda: os.kill(judge, signal.SIGKILL),\n"
+    "                   lambda: os.kill(top, signal.SIGKILL),\n"
+    "                   lambda: os.killpg(os.getpgid(top), signal.SIGKILL)):\n"
+    "        try:\n"
+    "            attack()\n"
+    "        except PermissionError:\n"
+    "            continue\n"
+    "        raise RuntimeError('a signal left the sandbox')\n")
+
+
+@pytest.mark.parametrize("mode", ["auto", "seccomp"])
+def test_killing_the_judge_or_the_grader_is_refused(variant, configure, mode):
+    """SIGKILL to the judge, to the grader's own process and to its group, from the op: each is
+    refused (Landlock's scope, or the seccomp fallback), the grade completes, and the line under
+    the scorecard says which fence was on. The review flags the signals and /proc for a person."""
+    state = _signal_fence(mode)
+    configure(select="matches_reference", signals=mode)
+    r, s = grade(v01(variant, (ADD_DEF, ADD_DEF + SIGNALS_OUT)))
+    assert state in r.build.get("sandbox", ""), r.build
+    assert not r.ended and not failed(r), (r.ended, dict(failed(r)), r.log_tail)
+    assert any(c.name.startswith("test_matches_reference") and c.outcome == "passed"
+               for c in r.checks), [(c.name, c.outcome) for c in r.checks]
+    assert any("signal" in f for f in r.review), r.review
 
 
 @pytest.mark.parametrize("tree", ["review_fixtures/public", "public_kernels"])

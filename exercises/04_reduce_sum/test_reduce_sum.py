@@ -14,7 +14,7 @@ from hypothesis import given, strategies as st
 
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import dtypes, lengths, matrices, randn, seeds
-from grader.testing import compiled_matches, opcheck_samples, sum_bound
+from grader.testing import compiled_matches, new_contents_same_shapes, opcheck_samples, sum_bound
 
 DTYPES = ["float32", "float16", "bfloat16", "float64"]
 GIB = 1 << 30
@@ -228,6 +228,24 @@ def test_deterministic_over_ten_calls(impl, ref, device, op):
                     f"addition is not associative, so the order of the additions must be fixed: "
                     f"no atomicAdd of floats into the result; write one partial sum per block "
                     f"and add the partials in index order (a second small kernel)")
+
+
+# --- a second call on the same buffers, new values in between (the shared check) ----------------
+
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_sum_rows"])
+def test_new_contents_same_shapes(impl, ref, device, op):
+    """Called twice on the same buffer, new values written into it in between: both sums right
+    (a result kept from the first call, by shape or by pointer, is wrong the second time)."""
+    rows = op == "reduce_sum_rows"
+    x = randn((7, 1031), seed=81, dtype=torch.float32, device=device)
+    terms = x.shape[1] if rows else x.numel()
+
+    def compare(outs, want):
+        value, abs_sum = want
+        assert_sums_close(outs[0], value, _bound(abs_sum, terms, x.dtype), dtype=x.dtype,
+                          what=f"{op}(x)", shape=tuple(x.shape))
+    new_contents_same_shapes(getattr(impl, op), (x,), ("x",),
+                             lambda a: _expected(ref, a[0], rows=rows), compare, seed=82)
 
 
 # --- refused inputs ----------------------------------------------------------------------------

@@ -27,7 +27,8 @@ from hypothesis import given, strategies as st
 from grader import check
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import draw_row_shape, dtypes, randn, seeds
-from grader.testing import compiled_matches, on_interpreter, opcheck_samples
+from grader.testing import (compiled_matches, new_contents_same_shapes, on_interpreter,
+                            opcheck_samples)
 
 DTYPES = ["float32", "float16", "bfloat16"]
 EPS = 1e-6
@@ -324,6 +325,24 @@ def test_repeated_calls_agree(impl, device):
                                f"another warp still reads it (e.g. the reduction buffer reused "
                                f"for the row's values); compute-sanitizer --tool racecheck "
                                f"shows where")
+
+
+# --- a second call on the same buffers, new values in between (the shared check) ----------------
+
+def test_new_contents_same_shapes(impl, ref, device):
+    """Called twice on the same buffers, new values written into them in between: q and scale
+    right both times (a result kept from the first call, by shape or by pointer, is wrong the
+    second time)."""
+    shape = (6, 300)
+    x, w = _inputs(shape, 91, torch.float32, device)
+
+    def compare(outs, want):
+        if len(outs) != 2:
+            raise Mismatch(f"rmsnorm_quant must return a tuple (q, scale), got {len(outs)} "
+                           f"output(s)")
+        check_q(outs[0], outs[1], want[0], want[1], EPS, ref, shape=shape)
+    new_contents_same_shapes(impl.rmsnorm_quant, (x, w, EPS), ("x", "w", "eps"),
+                             lambda a: (a[0].clone(), a[1].clone()), compare, seed=92)
 
 
 # --- registration: opcheck, torch.compile ------------------------------------------------------

@@ -17,8 +17,8 @@ from grader import check
 from grader.testing import gradcheck_checked
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import draw_row_shape, dtypes, randn, seeds
-from grader.testing import (expected_grads, kept_per_call, on_interpreter, rstd_scale, sum_tol,
-                            value_and_grads)
+from grader.testing import (expected_grads, kept_per_call, new_contents_same_shapes,
+                            on_interpreter, rstd_scale, sum_tol, value_and_grads)
 
 DTYPES = ["float32", "float16", "bfloat16"]
 EPS = 1e-5
@@ -404,6 +404,28 @@ def test_large_offset(impl, ref, device):
         raise Mismatch(f"{e}\n  The variance as E[x^2] - E[x]^2 loses every digit when the mean "
                        f"is large against the spread: compute mean first, then "
                        f"mean((x - mean)^2)") from None
+
+
+# --- a second call on the same buffers, new values in between (the shared check) ----------------
+
+def test_new_contents_same_shapes(impl, ref, exercise, device):
+    """Called twice on the same buffers, new values written into x, w and b in between (the same
+    p and seed, so the same mask): y right both times (a result kept from the first call, by
+    shape or by pointer, is wrong the second time)."""
+    x, w, b, _ = _inputs((6, 200), 101, torch.float32, device)
+    p, seed = 0.25, 1234
+
+    def compare(outs, want):
+        y, (xx, ww, bb) = outs[0], want
+        if not isinstance(y, torch.Tensor):
+            raise Mismatch(f"layernorm_dropout must return a tensor, got {type(y).__name__}")
+        check.assert_close(y, ref.with_mask(xx.double(), ww.double(), bb.double(), y != 0, p, EPS),
+                           tol=_tol(exercise, x.dtype, p), dtype=x.dtype,
+                           what="y where kept (layernorm(x) / (1 - p))", atol_scale=_y_scale(xx),
+                           p=p, rng_seed=seed)
+    new_contents_same_shapes(impl.layernorm_dropout, (x, w, b, p, seed, EPS),
+                             ("x", "w", "b", "p", "seed", "eps"),
+                             lambda a: tuple(t.clone() for t in a[:3]), compare, seed=102)
 
 
 # --- argument checks ----------------------------------------------------------------------------

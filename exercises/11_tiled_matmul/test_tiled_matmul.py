@@ -26,7 +26,8 @@ from grader import check
 from grader.testing import gradcheck_checked
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import randn, seeds
-from grader.testing import (compiled_matches, expected_grads, float64, opcheck_samples, sum_bound,
+from grader.testing import (compiled_matches, expected_grads, float64, new_contents_same_shapes,
+                            opcheck_samples, sum_bound,
                             value_and_grads)
 
 DTYPES = [torch.float32, torch.float64]
@@ -331,6 +332,23 @@ def test_refuses_other_device(impl, device):
     other = "cpu" if device == "cuda" else "cuda"
     expect_refusal(impl.linear_relu, A, B.to(other), bias, argument="B")
     expect_refusal(impl.linear_relu, A, B, bias.to(other), argument="bias")
+
+
+# --- a second call on the same buffers, new values in between (the shared check) ----------------
+
+def test_new_contents_same_shapes(impl, ref, device):
+    """Called twice on the same buffers, new values written into A, B and bias in between: Y
+    right both times (a result kept from the first call, by shape or by pointer, is wrong the
+    second time)."""
+    mnk = (9, 40, 33)
+    A, B, bias = make_inputs(mnk, seed=111, dtype=torch.float32, device=device)
+
+    def compare(outs, want):
+        check.assert_close(outs[0], want[0], tol=want[1], dtype=torch.float32,
+                           what="Y = relu(A @ B + bias)", MNK=mnk)
+    new_contents_same_shapes(
+        impl.linear_relu, (A, B, bias), NAMES,
+        lambda a: (ref.reference(*float64(a)), forward_tol(*a, torch.float32)), compare, seed=112)
 
 
 # --- registration: opcheck, torch.compile --------------------------------------------------------

@@ -22,7 +22,7 @@ from hypothesis import given, strategies as st
 
 from grader.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.strategies import randn, seeds
-from grader.testing import compiled_matches, opcheck_samples
+from grader.testing import compiled_matches, new_contents_same_shapes, opcheck_samples
 
 DTYPES = [torch.bfloat16, torch.float16]
 ACTS = ["none", "relu", "gelu_tanh"]
@@ -276,6 +276,23 @@ def test_refuses_inputs_on_another_device(impl, device):
     other = "cpu" if device == "cuda" else "cuda"
     expect_refusal(impl.matmul_act, A, B.to(other), bias, "none", argument="B")
     expect_refusal(impl.matmul_act, A, B, bias.to(other), "none", argument="bias")
+
+
+# --- a second call on the same buffers, new values in between (the shared check) ----------------
+
+def test_new_contents_same_shapes(impl, ref, track, device, assert_close):
+    """Called twice on the same buffers, new values written into A, B and bias in between: C
+    right both times (a result kept from the first call, by shape or by pointer, is wrong the
+    second time)."""
+    M, N, K = 33, 40, 48  # multiples of 8 where TMA needs them: nothing may be refused
+    dtype = torch.bfloat16
+    A, B, bias = _inputs(M, N, K, 121, dtype, device)
+    new_contents_same_shapes(
+        impl.matmul_act, (A, B, bias, "relu"), ("A", "B", "bias", "act"),
+        lambda a: _expected(ref, a[0], a[1], a[2], "relu"),
+        lambda outs, want: _check_output(outs[0], want, dtype, assert_close, shape=(M, N, K),
+                                         act="relu"),
+        seed=122)
 
 
 # --- registration: opcheck, torch.compile ------------------------------------------------------
