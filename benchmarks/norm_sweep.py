@@ -69,6 +69,10 @@ CANDIDATES = {
     # 16 warps of 8 elements (the 06 CUDA backward's shape: 512 threads, ~64 registers, 2
     # programs per SM) with the next row prefetched
     "pf-pt8": {"bwd_prefetch": True, "bwd_per_thread": 8},
+    # 10 only (its table has maxnreg): the prefetching 16-warp backward held to 64 registers,
+    # 2 programs per SM instead of 1; the forward at 8 programs of 4 warps per SM instead of 6-7
+    "pf-pt8-r64": {"bwd_prefetch": True, "bwd_per_thread": 8, "bwd_maxnreg": 64},
+    "fwd-r64": {"fwd_maxnreg": 64},
     "pt8": {"bwd_per_thread": 8},
     "pf": {"bwd_prefetch": True},
     "pf-pt8-pps2": {"bwd_prefetch": True, "bwd_per_thread": 8, "bwd_programs_per_sm": 2},
@@ -79,16 +83,13 @@ CANDIDATES = {
     "pf-pt8-ev": {"bwd_prefetch": True, "bwd_per_thread": 8, "bwd_evict": "evict_first"},
     "ev": {"bwd_evict": "evict_first"},
     "pps2": {"bwd_programs_per_sm": 2},
-    # 10 only (its table has maxnreg): the prefetching 16-warp backward held to 64 registers,
-    # 2 programs per SM instead of 1; the forward at 8 programs of 4 warps per SM instead of 6-7
-    "pf-pt8-r64": {"bwd_prefetch": True, "bwd_per_thread": 8, "bwd_maxnreg": 64},
-    "fwd-r64": {"fwd_maxnreg": 64},
     "fwd-pt8": {"fwd_per_thread": 8},
     "fwd-pt16": {"fwd_per_thread": 16},
     "fwd-pt32": {"fwd_per_thread": 32},
     "red-64x32w4": {"reduce_rows": 64, "reduce_cols": 32, "reduce_warps": 4},
     "red-128x32w8": {"reduce_rows": 128, "reduce_cols": 32, "reduce_warps": 8},
     "red-512x8w8": {"reduce_rows": 512, "reduce_cols": 8, "reduce_warps": 8},
+    "red-1024x4w8": {"reduce_rows": 1024, "reduce_cols": 4, "reduce_warps": 8},
 }
 # two small shapes per exercise for the CPU check: a row length that is not a power of two
 # (masked columns), one that is (10's unmasked EVEN path); rows that the CPU's 4 backward
