@@ -315,7 +315,9 @@ def _check_bounds(what: str, ptrs, mask, builder) -> None:
         return
     addr = ptrs.data
     if mask is not None:
-        m = np.broadcast_to(mask.data, addr.shape)
+        # as bool: the interpreter holds some masks as int32 (a block mask & a scalar
+        # condition), and an int array would index lanes instead of selecting them
+        m = np.broadcast_to(mask.data, addr.shape).astype(bool)
         if not m.all():
             addr = addr[m]  # masked-off lanes may hold any address: never touched
     if addr.size == 0:

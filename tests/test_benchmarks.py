@@ -98,6 +98,28 @@ def test_flash_attention_sweep_dry_run_prints_its_plan():
         assert len(configs) == int(n) and all(c[0] % c[1] == 0 for c in configs)
 
 
+def test_norm_sweep_dry_run_checks_every_candidate_on_the_cpu():
+    """Without a GPU (DRY_RUN=1) the sweep prints its plan and the GPU command, and runs each
+    selected candidate configuration of the 06, 08 and 10 Triton solutions on the interpreter,
+    held to what the committed configuration computes: a broken candidate is found before GPU
+    time is spent on it (a prefetch reading the wrong row was caught this way)."""
+    r = subprocess.run([sys.executable, "benchmarks/norm_sweep.py",
+                        "--only", "pf-pt8,red-512x8w8"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = r.stdout
+    assert "+ python3 benchmarks/norm_sweep.py --exercise 06,08,10 --only pf-pt8,red-512x8w8" in out
+    for number in ("06", "08", "10"):
+        assert f"plan {number} pf-pt8" in out and f"plan {number} solution" in out
+    # 3 exercises x 2 shapes x 2 candidates, each against the solution
+    assert out.count("matches the solution") == 12, out
+    assert "every candidate computes what the solution does" in out
+    unknown = subprocess.run([sys.executable, "benchmarks/norm_sweep.py", "--set", "nonsense=1",
+                              "--only", "custom", "--exercise", "06"], cwd=ROOT, env=ENV,
+                             capture_output=True, text=True, timeout=300)
+    assert unknown.returncode != 0 and "does not have them" in unknown.stderr
+
+
 def _repeatability():
     spec = importlib.util.spec_from_file_location("repeatability", BENCH / "repeatability.py")
     mod = importlib.util.module_from_spec(spec)

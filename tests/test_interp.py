@@ -740,6 +740,17 @@ def wild_masked(x_ptr, out_ptr, n, stride, B: tl.constexpr):
     tl.store(out_ptr + o, tl.load(x_ptr + far, mask=m, other=0.0), mask=m)
 
 @triton.jit
+def next_rows(x_ptr, out_ptr, rows, n, B: tl.constexpr):
+    # each row's program also asks for the row after it (a prefetch): past the last row the
+    # mask, a block mask and a scalar condition combined, is all off
+    row = tl.program_id(0)
+    o = tl.arange(0, B)
+    m = o < n
+    nxt = row + 1
+    ahead = tl.load(x_ptr + nxt * n + o, mask=m & (nxt < rows), other=0.0)
+    tl.store(out_ptr + row * n + o, tl.load(x_ptr + row * n + o, mask=m) + 0 * ahead, mask=m)
+
+@triton.jit
 def scaled(x_ptr, out_ptr, eps, n, B: tl.constexpr):
     o = tl.arange(0, B)
     m = o < n
@@ -770,6 +781,12 @@ def wild():
     wild_masked[(1,)](view, o, view.numel(), view.stride(0), B=32)
     assert torch.equal(o, view)
 case("wild", wild)
+def ahead():
+    base = torch.randn(5, 6)
+    o = torch.empty_like(base)
+    next_rows[(5,)](base, o, 5, 6, B=8)
+    assert torch.equal(o, base)
+case("ahead", ahead)
 def scalar():
     h = torch.randn(7).half()
     o = torch.empty_like(h)
@@ -821,6 +838,9 @@ def test_masked_kernels_are_never_flagged(bounds):
     """Masked-off lanes may hold any address; an offset, strided view read in place is fine."""
     assert bounds["masked"] == "OK", bounds["masked"]
     assert bounds["wild"] == "OK", bounds["wild"]
+    # the interpreter holds `block_mask & scalar_condition` as int32, not bool: a mask all off
+    # must still leave every lane untouched (an int32 array used as an index picked lane 0)
+    assert bounds["ahead"] == "OK", bounds["ahead"]
 
 
 def test_a_float_argument_has_to_as_on_the_gpu(bounds):

@@ -55,9 +55,15 @@ def _setup_context(ctx, inputs, output):
     x, w, _eps = inputs
     _y, rstd = output
     ctx.save_for_backward(x, w, rstd)  # 4 bytes per row saved, instead of recomputing rstd
+    # rstd is an output of the op but not of rmsnorm(): its gradient arrives as None instead of
+    # a tensor of zeros, which autograd would otherwise fill (a kernel launch per step) for a
+    # backward that never reads it
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, dy, _drstd):
+    if dy is None:  # only rstd was differentiated: the backward reads y's gradient alone
+        return None, None, None
     x, w, rstd = ctx.saved_tensors
     dx, dw = torch.ops.ex06_cuda.rmsnorm_bwd(dy, x, w, rstd)
     return dx, dw, None  # no gradient for eps

@@ -62,9 +62,15 @@ def _setup_context(ctx, inputs, output):
     x, w, _b, _eps = inputs
     _y, mean, rstd = output
     ctx.save_for_backward(x, w, mean, rstd)  # 8 bytes per row instead of recomputing them
+    # mean and rstd are outputs of the op but not of layernorm(): their gradients arrive as
+    # None instead of tensors of zeros, which autograd would otherwise fill (two kernel
+    # launches per step) for a backward that never reads them
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, dy, _dmean, _drstd):
+    if dy is None:  # only mean or rstd was differentiated: the backward reads y's gradient alone
+        return None, None, None, None
     x, w, mean, rstd = ctx.saved_tensors
     # only what autograd asks for: frozen weights (w, b without grad) cost no partials, and an
     # input that needs no gradient (the first layer's x) costs no dx pass

@@ -33,9 +33,18 @@ constexpr int kMaxThreads = 512;  // per block
 // Backward: vectors per thread (128 threads per 4096-wide bf16 row) and blocks per SM (at most;
 // the number of dw/db partial rows is SMs x this). The bf16 kernel with dx and dw/db takes 128
 // registers (the __launch_bounds__ cap; capped at 96 it spills): 4 blocks of 128 threads per SM,
-// each with the next row (16 KB) loading: 64 KB per SM.
-constexpr int kBwdVecsPerThread = 4;
-constexpr int kBwdBlocksPerSM = 4;
+// each with the next row (16 KB) loading: 64 KB per SM. Both can be set when building
+// (-DEX07_BWD_VECS=1 -DEX07_BWD_BLOCKS=2; benchmarks/norm_sweep.py --cuda07 builds and times
+// such variants): 1 vector per thread is 512 threads of 64 registers (ptxas -v, CUDA 13.0,
+// sm_90, no spills), 2 blocks per SM, the 06 backward's shape.
+#ifndef EX07_BWD_VECS
+#define EX07_BWD_VECS 4
+#endif
+#ifndef EX07_BWD_BLOCKS
+#define EX07_BWD_BLOCKS 4
+#endif
+constexpr int kBwdVecsPerThread = EX07_BWD_VECS;
+constexpr int kBwdBlocksPerSM = EX07_BWD_BLOCKS;
 
 // g = dy * w rounded on its own, never fused into a later add: nvcc contracts a * b + c into one
 // fma by default, so `dy * w - c1` in pass 2 would keep dy * w unrounded while s1 (pass 1) summed
