@@ -51,14 +51,17 @@ CPU_PROGRAMS = 4        # on the interpreter: a few programs, so the row loop is
 # row it prints is pasted here. A fixed configuration sums dw in a fixed order: the same bits
 # every run.
 CONFIG = {
+    # Set from benchmarks/norm_sweep.py on an H200 (2026-11-26, graded case, graph replay): the
+    # backward with the next row prefetched, 8 per thread, 2 programs per SM: 194.1 us against
+    # 236.2 us (16 per thread, 4 per SM, no prefetch); fwd+bwd 455.7 us against 498.8 us
     "fwd_per_thread": 16,      # forward: elements of a row per thread (4096 columns: 8 warps)
-    "bwd_per_thread": 16,      # backward: the same
+    "bwd_per_thread": 8,      # backward: the same
     # Backward programs per SM: the dw partials are one fp32 row per program (written once,
     # read once: ~2% of the backward's traffic at 4 per SM)
-    "bwd_programs_per_sm": 4,
+    "bwd_programs_per_sm": 2,
     # the next row's h, dy and rstd loaded (into registers) while this row is reduced and
     # written, so that each program has loads in flight all the time, not only at a row's start
-    "bwd_prefetch": False,
+    "bwd_prefetch": True,
     "bwd_stages": 1,           # num_stages of the backward's row loop (Triton's own pipelining)
     "bwd_evict": "",           # eviction_policy of the h, dy loads: "" or "evict_first"
     # the dw reduction: [reduce_rows, reduce_cols] tiles of partials per step, so that each

@@ -59,6 +59,9 @@ CPU_PROGRAMS = 4        # on the interpreter: a few programs, so the row loop is
 # row it prints is pasted here. A fixed configuration sums dw and db in a fixed order: the same
 # bits every run; the mask does not depend on it (a function of (seed, row, column) only).
 CONFIG = {
+    # Set from benchmarks/norm_sweep.py on an H200 (2026-11-26, graded case, graph replay): the
+    # forward capped at 64 registers (more programs per SM): 149.8 us against 162.2 us; the
+    # backward's row loop in 3 stages: 212.0 us against 250.0 us (prefetching is slower here)
     # forward: elements of a row per thread, 32 (4096 columns: 4 warps), not 16: the fixed work
     # of a thread (addresses, Philox's key schedule, the reductions, 1/sqrt: ~125 SASS
     # instructions) is then shared by twice the elements (sm_90 SASS per element: ~29 -> ~24)
@@ -67,7 +70,7 @@ CONFIG = {
     # many programs an SM holds: 65536 / (threads x registers). The forward takes ~72-82 at 4
     # warps (6-7 programs per SM); the backward ~63 at 16 warps, but ~110 with bwd_prefetch
     # (1 program of 512 threads per SM) unless capped at 64 (2 programs, no spills by ptxas -v)
-    "fwd_maxnreg": None,
+    "fwd_maxnreg": 64,
     "bwd_maxnreg": None,
     "bwd_per_thread": 16,      # backward: ~16 elements per thread (4096 columns: 8 warps)
     # Backward programs per SM (persistent: each loops over several rows); the dw/db partials
@@ -77,7 +80,7 @@ CONFIG = {
     # numbers are drawn and its sums reduced, so that each program has loads in flight all the
     # time, not only at a row's start
     "bwd_prefetch": False,
-    "bwd_stages": 1,           # num_stages of the backward's row loop (Triton's own pipelining)
+    "bwd_stages": 3,           # num_stages of the backward's row loop (Triton's own pipelining)
     "bwd_evict": "",           # eviction_policy of the x, dy loads: "" or "evict_first"
     # the dw/db reduction: [reduce_rows, reduce_cols] tiles of partials per step, so that each
     # program has many loads in flight and the programs fill the GPU (4096 columns: 2 x 256)
