@@ -104,13 +104,13 @@ def test_norm_sweep_dry_run_checks_every_candidate_on_the_cpu():
     held to what the committed configuration computes: a broken candidate is found before GPU
     time is spent on it (a prefetch reading the wrong row was caught this way)."""
     r = subprocess.run([sys.executable, "benchmarks/norm_sweep.py",
-                        "--only", "pf-pt8,red-512x8w8"], cwd=ROOT, env=ENV,
+                        "--only", "ev,red-512x8w8"], cwd=ROOT, env=ENV,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
-    assert "+ python3 benchmarks/norm_sweep.py --exercise 06,08,10 --only pf-pt8,red-512x8w8" in out
+    assert "+ python3 benchmarks/norm_sweep.py --exercise 06,08,10 --only ev,red-512x8w8" in out
     for number in ("06", "08", "10"):
-        assert f"plan {number} pf-pt8" in out and f"plan {number} solution" in out
+        assert f"plan {number} ev" in out and f"plan {number} solution" in out
     # 3 exercises x 2 shapes x 2 candidates, each against the solution
     assert out.count("matches the solution") == 12, out
     assert "every candidate computes what the solution does" in out
