@@ -27,7 +27,7 @@ from grader.build_errors import BuildError
 from grader.discover import load_exercise
 from grader.evidence import analyse
 from grader.paths import EXERCISES, ROOT, build_dir, submission_caches
-from grader.pyfile import LoadError
+from grader.pyfile import LoadError, source_only_under
 from grader.sandbox import Attempts, close_filesystem
 from grader.settings import current
 from grader.timing import capture, host_ms, make_step, time_step
@@ -50,9 +50,9 @@ def _set_env(args) -> None:
     os.environ["TMPDIR"] = args.scratch
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     sys.dont_write_bytecode = True
-    # bytecode is read only from an empty folder of its own: a __pycache__ shipped in the tree
-    # (a .pyc that does not match its source) is never run instead of the source
-    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = str(Path(args.scratch) / "pyc")
+    # the tree's modules are compiled from their source (grader.pyfile): a __pycache__ shipped
+    # in the tree (a .pyc that does not match its source) is never run instead of the source
+    source_only_under(Path(args.tree))
 
 
 def _param_names(fn) -> list[str] | None:
