@@ -20,8 +20,10 @@ VENV := .venv
 TEST_JOBS ?= auto
 
 # Use a python3 that already has everything (the GPU machines: no network, nothing to
-# install); otherwise make .venv from requirements.txt once.
-NEEDS := import torch, triton, numpy, pytest, hypothesis, pytest_timeout, rich; assert torch.version.cuda
+# install); otherwise make .venv from requirements.txt once. Found without importing them
+# (importing torch here cost every make command a second torch import, 2-4 s on a GPU host);
+# torch/version.py says whether it is a CUDA build.
+NEEDS := import importlib.util as u, os; assert all(u.find_spec(m) for m in ('torch', 'triton', 'numpy', 'pytest', 'hypothesis', 'pytest_timeout', 'rich')); v = {}; exec(open(os.path.join(u.find_spec('torch').submodule_search_locations[0], 'version.py')).read(), v); assert v['cuda']
 ifeq ($(shell python3 -c "$(NEEDS)" >/dev/null 2>&1 && echo yes),yes)
   PY := python3
   SETUP :=

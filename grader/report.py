@@ -2,8 +2,13 @@
 results.json and JUnit XML, from the same rows: grader.gradescope)."""
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import io
+import re
+import sys
 import textwrap
+from pathlib import Path
 
 from grader.discover import Exercise
 from grader.paths import ROOT
@@ -15,15 +20,24 @@ DASH = "—"
 
 def machine(gpu: str | None) -> str:
     """The scorecard's title line: where it was graded."""
-    import torch
-    try:
-        import triton
-        tv = triton.__version__
-    except ImportError:
-        tv = "not installed"
     where = gpu or ("no GPU: Triton tracks run on the interpreter (small shapes); CUDA tracks "
                     "are built, and their GPU checks reported as 'needs a GPU'")
-    return f"{where}; torch {torch.__version__}, triton {tv}"
+    return f"{where}; torch {_version('torch')}, triton {_version('triton')}"
+
+
+def _version(package: str) -> str:
+    """An installed package's version as it says it (torch's with its build: 2.14.1+cu130),
+    without importing it where this process has not (the grading process imports torch only
+    where there is a GPU driver, grader.grade): torch keeps it in torch/version.py."""
+    if package in sys.modules:
+        return str(getattr(sys.modules[package], "__version__", "?"))
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        return "not installed"
+    text = (Path(spec.origin).parent / "version.py")
+    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text.read_text(), re.M) \
+        if text.is_file() else None
+    return m.group(1) if m else importlib.metadata.version(package)
 
 
 HOST_BOUND_HINT = ("host-bound: enqueuing one call costs more CPU time than the GPU spends on it, "

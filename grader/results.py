@@ -7,7 +7,6 @@ started and never reported is the one that crashed or hung; checks never started
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -73,7 +72,9 @@ class TrackResult:
 
 
 class Recorder:
-    """Appends events as JSON lines, flushed at once: a crash loses nothing already said."""
+    """Appends events as JSON lines, flushed at once: a crash loses nothing already said (what a
+    killed process wrote is the kernel's; an fsync, which only a crash of the machine needs,
+    cost 3 ms an event here, 0.25 s of a make exercise-05)."""
 
     def __init__(self, path):
         self.file = open(path, "a", buffering=1) if path else None
@@ -83,7 +84,6 @@ class Recorder:
             event.setdefault("t", round(time.time(), 3))  # when: where a grade's seconds go
             self.file.write(json.dumps(event) + "\n")
             self.file.flush()
-            os.fsync(self.file.fileno())
 
 
 def read_events(path: Path) -> list[dict]:

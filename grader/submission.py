@@ -15,6 +15,7 @@ itself, keeps its own clock and re-checks the repository by hash.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -28,7 +29,7 @@ from grader.build_errors import BuildError
 from grader.discover import load_exercise
 from grader.evidence import analyse
 from grader.paths import EXERCISES, ROOT, build_dir, submission_caches
-from grader.pyfile import LoadError
+from grader.pyfile import LoadError, source_only_under
 from grader.sandbox import Attempts, close_filesystem
 from grader.settings import current
 from grader.timing import capture, host_ms, make_step, time_step
@@ -51,9 +52,9 @@ def _set_env(args) -> None:
     os.environ["TMPDIR"] = args.scratch
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     sys.dont_write_bytecode = True
-    # bytecode is read only from an empty folder of its own: a __pycache__ shipped in the tree
-    # (a .pyc that does not match its source) is never run instead of the source
-    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = str(Path(args.scratch) / "pyc")
+    # the tree's modules are compiled from their source (grader.pyfile): a __pycache__ shipped
+    # in the tree (a .pyc that does not match its source) is never run instead of the source
+    source_only_under(Path(args.tree))
 
 
 def _param_names(fn) -> list[str] | None:
@@ -511,9 +512,16 @@ def main(argv=None) -> int:
     sys.addaudithook(attempts.hook)  # permanent: no Python code can remove it
     state = close_filesystem(roots)
     poison_fresh_memory()  # an element a kernel forgets to write reads NaN
-    SubmissionServer(args, conn, attempts, state).serve()
+    server = SubmissionServer(args, conn, attempts, state)
+    gc.freeze()  # the grader's imports, out of the collector's sight (as in grader.judge)
+    server.serve()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # the judge asked this process to exit (or went away): nothing is left to say, and Python's
+    # shutdown with torch loaded costs a second of CPU that the judge's own end competes with
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

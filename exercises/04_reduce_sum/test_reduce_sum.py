@@ -167,6 +167,26 @@ def test_misaligned_view(impl, ref, device):
     _check_rows(impl, ref, rows, what="reduce_sum_rows(base[1:].view(7, 1000))")
 
 
+# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
+from grader.testing import views_handled_or_refused as _views
+
+
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_sum_rows"])
+def test_every_argument_as_a_view(impl, ref, device, op):
+    """x as a strided view and as a view one element into its memory: the strided one refused
+    naming x (the kernels walk memory with stride 1: test_refuses_non_contiguous_x), the other,
+    dense but not 16-byte aligned, summed right."""
+    rows = op == "reduce_sum_rows"
+    x = randn((7, 1031), seed=51, dtype=torch.float32, device=device)
+    want, abs_sum = _expected(ref, x, rows=rows)
+    terms = x.shape[1] if rows else x.numel()
+
+    def compare(outs):
+        assert_sums_close(outs[0], want, _bound(abs_sum, terms, x.dtype), dtype=x.dtype,
+                          what=f"{op}(x)", shape=tuple(x.shape))
+    _views(getattr(impl, op), (x,), ("x",), compare, seed=51)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_name)
 def test_all_positive_needs_float32_accumulators(impl, ref, device, dtype):
     """Every element the same positive value: the rounding errors of a 16-bit running sum then

@@ -289,6 +289,24 @@ def test_strided_x_handled_or_refused(impl, ref, device, layout):
     check_q(q, scale, x, w, EPS, ref, layout=layout)
 
 
+# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
+from grader.testing import views_handled_or_refused as _views
+
+
+def test_every_argument_as_a_view(impl, ref, device):
+    """x, then w, each as a strided view and as a view one element into its memory, the other
+    dense: the right q and scale, or a strided view refused naming it."""
+    shape = (7, 131)
+    x, w = _inputs(shape, 51, torch.float32, device)
+
+    def compare(outs):
+        if len(outs) != 2:
+            raise Mismatch(f"rmsnorm_quant must return a tuple (q, scale), got {len(outs)} "
+                           f"output(s)")
+        check_q(outs[0], outs[1], x, w, EPS, ref, shape=shape)
+    _views(impl.rmsnorm_quant, (x, w, EPS), ("x", "w", "eps"), compare, seed=51)
+
+
 def test_refuses_w_of_the_wrong_size(impl, device):
     x = randn((4, 100), seed=1, dtype=torch.float32, device=device)
     impl.rmsnorm_quant(x, randn(100, seed=2, dtype=torch.float32, device=device))  # a stub fails here

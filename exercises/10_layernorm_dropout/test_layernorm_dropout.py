@@ -464,6 +464,31 @@ def test_strided_x_handled_or_refused(impl, ref, exercise, device, layout):
         return  # refused with a message naming x: fine
 
 
+# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
+from grader.testing import views_handled_or_refused as _views
+
+
+def test_every_argument_as_a_view(impl, ref, exercise, device):
+    """x, w and b in turn, each as a strided view and as a view one element into its memory, the
+    others dense: y right where kept (the mask as y shows it, its kept fraction held to the
+    binomial bound), or a strided view refused naming it. Forward only."""
+    x, w, b, _ = _inputs((7, 131), 51, torch.float32, device)
+    p, seed = 0.25, 1234
+
+    def compare(outs):
+        y = outs[0]
+        if not isinstance(y, torch.Tensor):
+            raise Mismatch(f"layernorm_dropout must return a tensor, got {type(y).__name__}")
+        keep = y != 0
+        check.assert_close(y, ref.with_mask(x.double(), w.double(), b.double(), keep, p, EPS),
+                           tol=_tol(exercise, x.dtype, p), dtype=x.dtype,
+                           what="y where kept (layernorm(x) / (1 - p))", atol_scale=_y_scale(x),
+                           p=p, rng_seed=seed)
+        _check_mask_fraction(keep, p, p=p, rng_seed=seed)
+    _views(impl.layernorm_dropout, (x, w, b, p, seed, EPS), ("x", "w", "b", "p", "seed", "eps"),
+           compare, seed=51)
+
+
 # --- what it costs: no mask kept between the forward and the backward --------------------------
 
 def test_no_mask_kept_for_the_backward(impl, ref, exercise, track, device):

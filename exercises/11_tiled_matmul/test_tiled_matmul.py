@@ -290,6 +290,23 @@ def test_strided_inputs_handled_or_refused(impl, ref, device, layout):
             raise
 
 
+# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
+from grader.testing import views_handled_or_refused as _views
+
+
+def test_every_argument_as_a_view(impl, ref, device):
+    """A, B and bias in turn, each as a strided view and as a view one element into its memory,
+    the others dense: the right Y, or a strided view refused naming it. Forward only."""
+    mnk = (9, 40, 33)
+    A, B, bias = make_inputs(mnk, seed=51, dtype=torch.float32, device=device)
+    want, tol = ref.reference(*float64((A, B, bias))), forward_tol(A, B, bias, torch.float32)
+
+    def compare(outs):
+        check.assert_close(outs[0], want, tol=tol, dtype=torch.float32,
+                           what="Y = relu(A @ B + bias)", MNK=mnk)
+    _views(impl.linear_relu, (A, B, bias), NAMES, compare, seed=51)
+
+
 # --- refused inputs -------------------------------------------------------------------------------
 
 def test_refuses_shape_mismatch(impl, device):

@@ -252,6 +252,25 @@ def test_strided_bias_handled_or_refused(impl, ref, track, device, assert_close)
                       bias="a view with stride 2")
 
 
+# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
+from grader.testing import views_handled_or_refused as _views
+
+
+def test_every_argument_as_a_view(impl, ref, track, device, assert_close):
+    """A, B and bias in turn, each as a strided view and as a view one element into its memory,
+    the others dense: the right C, or a refusal naming that argument. The shape's K and N are
+    multiples of 8, so only the view can be refused; and here a view one element in may be
+    refused too (naming it): TMA (the CUTLASS kernel) needs 16-byte aligned base addresses."""
+    M, N, K = 16, 40, 32
+    dtype = torch.float16
+    A, B, bias = _inputs(M, N, K, 51, dtype, device)
+    want = _expected(ref, A, B, bias, "relu")
+    _views(impl.matmul_act, (A, B, bias, "relu"), ("A", "B", "bias", "act"),
+           lambda outs: _check_output(outs[0], want, dtype, assert_close, shape=(M, N, K),
+                                      act="relu"),
+           seed=51, refuse_offset=True)
+
+
 # --- refused inputs ----------------------------------------------------------------------------
 
 def test_refuses_bad_inputs(impl, device):

@@ -243,6 +243,24 @@ def test_strided_views(impl, ref, exercise, device, layout):
     _close(exercise, got, _expected(ref, q, k, v, do, True), torch.float16, layout=layout)
 
 
+# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
+from grader.testing import views_handled_or_refused as _views
+
+
+def test_every_argument_as_a_view(impl, ref, exercise, device):
+    """q, k and v in turn, each as a strided view (every other element of D, a gap between
+    rows) and as a view one element into its memory, the others dense: the right o, or a
+    strided view refused naming it. Forward only (causal: its diagonal block and the blocks
+    before it)."""
+    shape, dtype = (1, 2, 17, 64), torch.float16
+    q, k, v, _ = _inputs(shape, 51, dtype, device)
+    want = (ref.reference(q.double(), k.double(), v.double(), True, None),)
+    _views(impl.flash_attention, (q, k, v, True, None), ("q", "k", "v", "causal", "scale"),
+           lambda outs: _close(exercise, outs, want, dtype, what=("o",), shape=shape,
+                               causal=True),
+           seed=51)
+
+
 def test_strided_grad_of_o(impl, ref, exercise, device):
     """The gradient of o.sum() is one value expanded (stride 0): the backward must read it."""
     shape = (1, 2, 20, 64)

@@ -27,10 +27,13 @@ import triton.language as tl
 MAX_FWD_BLOCK = 32768
 MAX_BWD_BLOCK = 16384   # the backward holds y and dy: two row copies
 LOOP_BLOCK = 4096
-# On Triton's CPU interpreter (no GPU), small blocks: the checks' short rows then also take
-# the two-pass path, and a long row costs a few dozen numpy calls instead of one huge one.
+# On Triton's CPU interpreter (no GPU), small blocks: the checks' short rows (from 513
+# columns) then also take the two-pass path, over several blocks. The interpreter's cost is per
+# operation (~0.1 ms each, whatever the block's width), so a long row loops over at most
+# CPU_STEPS wider blocks: 131075 columns in 9 blocks of 16384, not 513 blocks of 256.
 CPU_MAX_BLOCK = 512
 CPU_LOOP_BLOCK = 256
+CPU_STEPS = 16
 
 
 @triton.jit
@@ -123,7 +126,8 @@ def _num_warps(block: int) -> int:
 def _blocks(N: int, device: torch.device, max_block: int) -> tuple[int, bool]:
     """(BLOCK_N, ONE_BLOCK) for rows of N elements."""
     if device.type == "cpu":
-        max_block, loop_block = CPU_MAX_BLOCK, CPU_LOOP_BLOCK
+        max_block = CPU_MAX_BLOCK
+        loop_block = max(CPU_LOOP_BLOCK, triton.next_power_of_2(triton.cdiv(N, CPU_STEPS)))
     else:
         loop_block = LOOP_BLOCK
     one_block = N <= max_block
