@@ -84,7 +84,9 @@ def _with_submission(args, exercise, track, record, early) -> None:
     import pytest_timeout  # noqa: F401
     from grader import plugin
     from grader.proxy import SubmissionDied
+    from grader.seam import start_sharing
     plugin.PRESTARTED = early
+    start_sharing()  # while the submission's process loads the track
     # what was imported lives as long as the process: out of the collector's sight, so that a
     # full collection (Python's own, and pytest's at its end: 0.1-0.4 s each here) walks only
     # what the checks make

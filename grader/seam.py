@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import threading
 
 import torch
 import torch.multiprocessing  # registers the tensor reductions with ForkingPickler
@@ -22,6 +23,13 @@ from multiprocessing.reduction import ForkingPickler
 torch.multiprocessing.set_sharing_strategy("file_system")
 
 MAX_MESSAGE = 1 << 30  # bytes; a message beyond this from the submission's process is refused
+
+
+def start_sharing() -> None:
+    """Start torch's shared-memory manager now, in the background: the first tensor shared in
+    a process starts it (torch_shm_manager, a process of its own that loads libtorch: 0.5 s on
+    the 2-core machine) and waits for it, in the first check otherwise."""
+    threading.Thread(target=lambda: torch.empty(1).share_memory_(), daemon=True).start()
 
 
 def dumps(obj) -> bytes:
