@@ -8,6 +8,8 @@
 #   bench[:NN,MM]   make bench REPEATS=5 (EXERCISE=NN,MM: those rows only, the others kept)
 #   repeat[:N]      benchmarks/repeatability.py --times N (default 5)
 #   gpu-tests       every GPU-only test of the suite (pytest -m gpu tests)
+#   cpu-loop[:N]    benchmarks/cpu_loop.sh, N runs each (default 3): the learner's one-shot
+#                   commands on a machine without a GPU (run it there, with PY=.venv/bin/python)
 # A GPU machine without network: wheels carried in .whl/ are installed for this run first.
 # DRY_RUN=1 prints each stage's command and runs nothing.
 set -u
@@ -38,7 +40,8 @@ stage() {  # stage NAME COMMAND...: run it, log it, time it
 section() {  # section NAME COMMAND_SHOWN LOG: the stage's table into docs/performance.md
   [ -n "${DRY_RUN:-}" ] && return 0
   local device
-  device=$($PY -c "import torch; print(torch.cuda.get_device_name())") || return 1
+  device=$($PY -c "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else '')") || return 1
+  [ -n "$device" ] || device="no GPU: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
   $PY -m grader.benchdoc section "$1" --device "$device" --command "$2" < "$3"
 }
 
@@ -64,6 +67,10 @@ for s in "$@"; do
       stage repeat $PY benchmarks/repeatability.py --times "${n:-5}" --keep "$LOGS/repeat" ;;
     gpu-tests)
       stage gpu-tests $PY -m pytest -m gpu -q -p no:cacheprovider tests ;;
+    cpu-loop|cpu-loop:*)
+      n=${s#cpu-loop}; n=${n#:}
+      stage cpu-loop bash benchmarks/cpu_loop.sh "${n:-3}" \
+        && section cpu-loop "bash benchmarks/cpu_loop.sh ${n:-3}" "$LOGS/cpu-loop.txt" ;;
     *) summary "unknown stage $s"; exit 2 ;;
   esac
 done

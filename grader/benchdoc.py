@@ -2,7 +2,7 @@
 
 The document is generated, never edited by hand. It is made of sections, each written by the
 benchmark that measured it (`make bench` writes "bench", benchmarks/repeatability.py
-"repeatability", benchmarks/run.sh the grading time and the edit loop) and each stamped with the
+"repeatability", benchmarks/run.sh the grading time, the edit loop and the CPU loop) and each stamped with the
 device, date, commit and command; a run rewrites its own section and keeps the others. The
 header is a table of those stamps, so a reader sees at once what is current and what is old.
 Also here: the `make bench` tables and plot (from bench.json), and the repeatability table (from
@@ -39,6 +39,7 @@ SECTIONS = {
     "edit-loop": ("The edit loop", "bash benchmarks/run.sh LOGS loop"),
     "edit-loop-cpu": ("The edit loop on the CPU", "PY=.venv/bin/python bash "
                       "benchmarks/edit_loop.sh 01 triton vector_add.py"),
+    "cpu-loop": ("The loop on a machine without a GPU", "bash benchmarks/run.sh LOGS cpu-loop"),
 }
 OPEN = re.compile(r"^<!-- section (\S+) (\{.*\}) -->$", re.M)
 

@@ -29,7 +29,8 @@ def _header(p):
 
 
 def test_there_are_benchmarks():
-    assert {"run.sh", "repeatability.py", "edit_loop.sh", "grading_time.sh"} <= {p.name for p in SCRIPTS}
+    assert {"run.sh", "repeatability.py", "edit_loop.sh", "grading_time.sh",
+            "cpu_loop.sh"} <= {p.name for p in SCRIPTS}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -56,12 +57,13 @@ def test_shell_scripts_parse(script):
 
 def test_run_dry_runs_every_stage(tmp_path):
     stages = ["env", "grading-time", "loop", "loop:06", "bench", "bench:04,06", "repeat:3",
-              "gpu-tests"]
+              "gpu-tests", "cpu-loop:4"]
     out = subprocess.run(["bash", "benchmarks/run.sh", str(tmp_path), *stages], cwd=ROOT, env=ENV,
                          capture_output=True, text=True, check=True).stdout
     assert "make bench REPEATS=5 EXERCISE=04,06" in out
     assert "edit_loop.sh 06 cuda rmsnorm_kernels.cu" in out
     assert "repeatability.py --times 3" in out
+    assert "cpu_loop.sh 4" in out
     bad = subprocess.run(["bash", "benchmarks/run.sh", str(tmp_path), "nonsense"], cwd=ROOT,
                          env=ENV, capture_output=True, text=True)
     assert bad.returncode != 0 and "unknown stage nonsense" in bad.stdout
@@ -118,6 +120,16 @@ def test_norm_sweep_dry_run_checks_every_candidate_on_the_cpu():
                               "--only", "custom", "--exercise", "06"], cwd=ROOT, env=ENV,
                              capture_output=True, text=True, timeout=300)
     assert unknown.returncode != 0 and "does not have them" in unknown.stderr
+
+
+def test_cpu_loop_dry_run():
+    """The learner's one-shot commands on a machine without a GPU: a fresh clone's make grade,
+    then make exercise-05 and exercise-01 on the solutions, each the number of runs asked."""
+    out = subprocess.run(["bash", "benchmarks/cpu_loop.sh", "5"], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, check=True).stdout
+    assert "git clone" in out and "make grade" in out
+    assert "make exercise-05 IMPL=solutions" in out and "make exercise-01 IMPL=solutions" in out
+    assert "each 5 times" in out
 
 
 def _repeatability():
