@@ -791,7 +791,11 @@ def scalar():
     h = torch.randn(7).half()
     o = torch.empty_like(h)
     scaled[(1,)](h, o, 1e-3, 7, B=8)
-    assert torch.allclose(o.float(), h.float() * 1e-3, rtol=1e-3, atol=0)
+    # the kernel multiplies in float32 by eps as a float32 and rounds once to half: the same
+    # steps here give the same bits, whatever the draw (h * 1e-3 is often a half subnormal,
+    # where a relative tolerance alone fails a correct kernel)
+    want = (h.float() * torch.tensor(1e-3, dtype=torch.float32)).half()
+    assert torch.equal(o, want), (o, want)
 case("scalar", scalar)
 
 from torch.library import triton_op, wrap_triton
