@@ -17,10 +17,13 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader import launch
 from grader.aot import aot_dir, build_aot
+from grader.build import start_pch
 from grader.build_errors import BuildError
 from grader.discover import Exercise, Track
 from grader.gradescope import gradescope, junit, write_json
@@ -33,6 +36,8 @@ from grader.settings import Settings, from_environment
 from grader.tracks import Prepared, check_track, run_judge, time_track, timeable
 
 WARM_JOBS = 3  # exercises whose baselines compile at once beside the checks (CPU-heavy)
+FORK_AT = 2  # tracks in one grade from which, on a machine without a GPU, its processes are
+#             forked from zygotes (below)
 AHEAD = 2  # timing judges started ahead of their turn: getting one ready (its processes, torch,
 #           CUDA, the baselines' callables) took ~15 s on the GPU host, longer than many timings
 #           (2-20 s): with one ahead the GPU waited for it
@@ -75,7 +80,10 @@ def grade(sub: Submission, progress=None) -> Grade:
     # each checking process's share of the cores for torch's CPU ops (grader.launch)
     settings = settings.replace(check_threads=max(1, (os.cpu_count() or 2) // jobs))
     results: dict[tuple, TrackResult] = {}
-    with ThreadPoolExecutor(jobs) as pool, ThreadPoolExecutor(WARM_JOBS) as warming:
+    if settings.build == "jit":  # the bindings' precompiled header, made beside the checks
+        start_pch([t for _, t in pairs])
+    with _forking(pairs, settings, progress), ThreadPoolExecutor(jobs) as pool, \
+            ThreadPoolExecutor(WARM_JOBS) as warming:
         todo = {pool.submit(_check, tree, ex, t, settings, progress): (ex, t)
                 for ex, t in _longest_first(pairs)}
         gpu = _gpu_name()  # here, while the judges start
@@ -136,10 +144,43 @@ def _gpu_name() -> str | None:
     """This machine's GPU, or None. torch is imported only where a driver is loaded: on a
     machine without one, importing it here only to hear "no" cost 1.3 s of CPU, competing with
     the judge's and the submission's own imports (~0.7 s of a one-exercise grade on 2 cores)."""
-    if not any(os.path.exists(p) for p in DRIVER):
+    if not _driver_loaded():
         return None
     import torch  # 2-3 s, overlapping the judges' start
     return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
+@contextmanager
+def _forking(pairs, settings: Settings, progress):
+    """Where this machine has no GPU, a grade of several tracks forks its processes (a judge
+    and a submission's process per track) from two zygotes that have imported torch, triton and
+    pytest once (grader.zygote, as the watch loop does), instead of starting each afresh: on 2
+    cores those imports were most of the CPU time of `make grade` of starter/ (30 processes,
+    ~2 CPU s each). Not inside the watch loop (its own zygotes), not for one track (nothing to
+    share), and not on a GPU machine, where a grade's processes start as before. A zygote that
+    refuses to serve only means the processes start afresh."""
+    from grader.zygote import ZygoteError
+    if launch.FORKER is not None or len(pairs) < FORK_AT or _driver_loaded():
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="grader-zygotes-") as folder:
+        try:
+            zygotes = launch.start_zygotes(settings, False, Path(folder))
+        except ZygoteError as e:
+            _say(progress, f"grade: {e}; every process starts afresh instead")
+            yield
+            return
+        launch.FORKER = zygotes[0].forker()
+        try:
+            yield
+        finally:
+            launch.FORKER = None
+            for z in zygotes:
+                z.stop()
+
+
+def _driver_loaded() -> bool:
+    return any(os.path.exists(p) for p in DRIVER)
 
 
 def _jobs(asked: int, n: int) -> int:

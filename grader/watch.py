@@ -40,11 +40,11 @@ from grader import launch
 from grader.build import start_early_rebuild
 from grader.discover import Exercise
 from grader.grade import Grade, Submission, grade, write_reports
-from grader.paths import INDUCTOR, ROOT, build_dir
+from grader.paths import ROOT, build_dir
 from grader.progress import Progress
 from grader.results import TrackResult, read_events
 from grader.settings import Settings, from_environment
-from grader.zygote import Zygote, ZygoteError, pair
+from grader.zygote import Zygote, ZygoteError
 
 POLL_S = 0.1      # how often the files are looked at (a few stat calls)
 MISSING_S = 2.0   # how long a file may be missing mid-save (an editor's rename) before it counts
@@ -182,26 +182,7 @@ class Watcher:
         self.ready_s = time.perf_counter() - began
 
     def _start_zygotes(self) -> None:
-        # the environment a judge starts with (grader.launch.start_judge) and, a judge's being
-        # what its submission's process inherits, that process's too (which asks for Triton's
-        # interpreter before importing it where there is no GPU)
-        env = launch.child_env(self.settings)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR))
-        sub_env = dict(env, **({} if self.gpu else {"TRITON_INTERPRET": "1"}))
-        judge_end, sub_end = pair()
-        try:  # [judge, submission], each kept as soon as it runs (Ctrl-C meanwhile stops it)
-            self.zygotes.append(Zygote("judge", env, self.tmp / "zygote-judge.log", judge_end))
-            self.zygotes.append(Zygote("submission", sub_env, self.tmp / "zygote-submission.log",
-                                       sub_end))
-            for z in self.zygotes:
-                z.ready()
-        except ZygoteError:
-            self._stop_zygotes()
-            raise
-        finally:
-            judge_end.close()
-            sub_end.close()
+        self.zygotes = launch.start_zygotes(self.settings, self.gpu is not None, self.tmp)
         self.launcher = self.zygotes[0].forker()
 
     def _revive(self) -> bool:

@@ -1,6 +1,8 @@
 """Build: compiler output summarized to the first real errors; caching; trees kept apart."""
 from pathlib import Path
 
+import pytest
+
 from grader.build_errors import explain_load_error, summarize_compiler_output
 from grader.discover import discover
 from grader.paths import ROOT, build_dir, tree_tag
@@ -74,3 +76,86 @@ def test_trees_build_apart():
     assert other.startswith("starter-") and other != "starter"
     dirs = {build_dir(ROOT / t, ex.id, track.name) for t in ("starter", "solutions")}
     assert len(dirs) == 2
+
+
+_PCH_PROBE = r'''
+import subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from grader import build
+includes = build.toolchain_env()
+plan = build._pch_plan(includes)
+if plan is None:
+    print("not GCC"); sys.exit(0)
+flags = build.precompiled_header(includes)
+src = sys.argv[2]
+run = subprocess.run(plan[0] + flags + ["-H", "-fsyntax-only", src], capture_output=True,
+                     text=True)
+print("flags", " ".join(flags))
+print("rc", run.returncode)
+print("\n".join(l for l in run.stderr.splitlines() if l.startswith(("!", "x")) or "pch" in l))
+'''
+
+
+def test_the_bindings_precompiled_header_is_made_and_read_by_gcc(tmp_path):
+    """The PCH is made with the flags torch's own ninja writer gives a binding, so GCC reads it
+    in place of the headers (`-H` marks a PCH it used with '!', one it refused with 'x'): a
+    PCH made with other flags would be refused and every build would parse the headers again."""
+    import subprocess
+    import sys
+    made = subprocess.run([sys.executable, "-m", "grader.build", "--pch"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-2000:]
+    src = tmp_path / "binding.cpp"
+    src.write_text("#include <ATen/core/Tensor.h>\n#include <torch/library.h>\n"
+                   "at::Tensor twice(const at::Tensor& x) { return x; }\n")
+    script = tmp_path / "probe.py"
+    script.write_text(_PCH_PROBE)
+    out = subprocess.run([sys.executable, str(script), str(ROOT), str(src)], capture_output=True,
+                         text=True, timeout=300).stdout
+    if out.startswith("not GCC"):
+        pytest.skip("this compiler is not GCC: builds parse the headers (no PCH)")
+    assert "flags -include" in out and "rc 0" in out, out
+    used = [l for l in out.splitlines() if l.startswith("!")]
+    assert used and used[0].endswith("course_pch.h.gch"), out
+
+
+def test_a_build_waits_for_the_precompiled_header_being_made(tmp_path, monkeypatch):
+    """A build that finds the PCH's lock held (the grade process's child making it) waits and
+    then uses it; with no lock held and no PCH it goes on without one at once."""
+    import os
+    from grader import build
+    monkeypatch.setattr(build, "PCH_DIR", tmp_path / "pch")
+    monkeypatch.setattr(build, "PCH_LOCK", tmp_path / "pch" / "building.lock")
+    saved = dict(os.environ)
+    try:
+        build.toolchain_env()  # CUDA_HOME and the compiler, as a build sets them
+        _waits(build)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _waits(build):
+    import subprocess
+    import sys
+    import time
+    plan = build._pch_plan([])
+    if plan is None:
+        pytest.skip("this compiler is not GCC: builds parse the headers (no PCH)")
+    gch = plan[1].with_name(plan[1].name + ".gch")
+    build.PCH_LOCK.parent.mkdir(parents=True)
+    build.PCH_LOCK.touch()
+    began = time.monotonic()
+    assert build.precompiled_header([]) == []
+    assert time.monotonic() - began < 5
+    maker = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"f = open({str(build.PCH_LOCK)!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+        "print('held', flush=True); time.sleep(1.5)\n"
+        f"os.makedirs({str(gch.parent)!r}); open({str(gch)!r}, 'w').close()\n")],
+        stdout=subprocess.PIPE, text=True)
+    assert maker.stdout.readline().strip() == "held"
+    began = time.monotonic()
+    assert build.precompiled_header([]) == ["-include", str(plan[1])]
+    assert time.monotonic() - began >= 1.0
+    maker.wait(timeout=30)

@@ -224,3 +224,28 @@ def test_make_watch_regrades_on_save_and_ctrl_c_leaves_nothing(tmp_path):
                        for p in alive]
     assert [f for f in files() if f not in before_files] == []  # (no __pycache__ either)
     assert git() == before_git  # nor into the repository
+
+
+def test_a_grade_of_several_tracks_forks_from_zygotes_with_the_same_verdicts(monkeypatch):
+    """On a machine without a GPU, `make grade` forks its judges and submission's processes
+    from two zygotes (grader.grade._forking): the same verdicts as processes started afresh,
+    and no zygote left behind."""
+    from grader import grade as grade_module
+    if grade_module._driver_loaded():
+        pytest.skip("a GPU driver is here: a grade starts its processes afresh")
+    exercises = (EX01, discover(only="05")[0])
+    started = []
+    real = launch.start_zygotes
+
+    def spy(*a, **k):
+        started.append(real(*a, **k))
+        return started[-1]
+    monkeypatch.setattr(launch, "start_zygotes", spy)
+    forked = grade(Submission(ROOT / "starter", exercises, bench=False))
+    assert len(started) == 1 and launch.FORKER is None
+    assert not any(z.alive() for z in started[0])
+    monkeypatch.setattr(grade_module, "FORK_AT", 99)
+    afresh = grade(Submission(ROOT / "starter", exercises, bench=False))
+    assert len(started) == 1
+    assert verdicts(forked) == verdicts(afresh)
+    assert all(r.not_implemented for _, r, _ in forked.rows), verdicts(forked)
