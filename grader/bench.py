@@ -143,7 +143,7 @@ def bench_command(exercises, tree: Path, out_dir: Path, timeout_s: float | None 
         print(f"benchmarking {ex.id} ...", flush=True)
         started = time.perf_counter()
         track = next(iter(ex.tracks.values()))
-        with tempfile.TemporaryDirectory(prefix="grader-bench-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="grader-bench-", ignore_cleanup_errors=True) as tmp:
             events = Path(tmp) / "bench.jsonl"
             judge = start_judge(tree, ex, track, "sweep", events, settings)
             code, timed_out, log = wait_judge(judge, timeout_s or ex.timeout_s, settings)

@@ -195,13 +195,14 @@ PCH_HEADERS = ("ATen/Dispatch.h", "ATen/OpMathType.h", "ATen/core/Tensor.h", "AT
                "torch/library.h", "cuda_bf16.h", "cuda_fp16.h", "cuda_runtime_api.h")
 PCH_DIR = CACHE / "pch"
 PCH_LOCK = PCH_DIR / "building.lock"  # held while a PCH is being made (whichever its flags)
-PCH_WAIT_S = 300  # a build waits this long at most for the PCH being made (~15-30 s on 2 cores)
+PCH_WAIT_S = 120  # a build waits this long at most for the PCH being made (~20-40 s on 2 cores)
 
 
 def start_pch(tracks) -> None:
     """The grade process, for a JIT build: make the PCH in a child of its own, beside the
-    checks, if a track to build has a .cpp (the child finds it made already in ~2 s). The lock is taken here, before
-    any judge starts, and passed on: no build can look for the PCH before it is held."""
+    checks, if a track to build has a .cpp (the child finds it made already in ~2 s). The
+    lock is taken here, before any judge starts, and passed on: no build can look for the PCH
+    before it is held."""
     if not any(s.endswith(".cpp") for t in tracks for s in t.sources):
         return
     PCH_DIR.mkdir(parents=True, exist_ok=True)

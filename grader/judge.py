@@ -26,6 +26,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 # Nothing imported at the top imports torch: the submission's process starts first (below).
+from grader import launch  # noqa: E402
 from grader.discover import load_exercise  # noqa: E402
 from grader.launch import start_submission  # noqa: E402
 from grader.paths import EXERCISES, HYPOTHESIS, ROOT  # noqa: E402
@@ -42,7 +43,11 @@ def main(argv=None) -> int:
     p.add_argument("--phase", choices=["checks", "bench", "sweep", "warm"], default="checks")
     p.add_argument("--gate", type=Path, help="(bench) get ready, then wait for this file to "
                                              "exist before timing anything")
+    p.add_argument("--scratch-in", type=Path, help="the folder to make the submission's "
+                                                   "scratch folder in (the caller removes it)")
     args = p.parse_args(argv)
+    if args.scratch_in is not None:
+        launch.SCRATCH_IN = str(args.scratch_in)
     early = None
     if args.phase in ("checks", "bench") and not current().sanitize:
         # the submission's process starts now and imports its torch while this one imports its

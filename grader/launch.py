@@ -26,6 +26,9 @@ from pathlib import Path
 from grader.paths import INDUCTOR, ROOT
 from grader.settings import Settings, current
 
+SCRATCH_IN = None  # where a judge makes its submission's scratch folder: inside the judge's own
+#                   temporary folder (its --scratch-in), which the grade process removes when
+#                   the judge has ended, whatever way it ended (None: the system's temporary folder)
 FORKER = None  # grader.zygote.Forker: fork processes from a pre-imported zygote (the watch loop:
 #                in its process, the judges; in a judge it forked, that judge's submission's)
 
@@ -94,7 +97,7 @@ def start_submission(tree: Path, exercise_id: str, track: str, protect=(),
     """Start `python -m grader.submission` for one track; `prefix` is a command to run it under
     (compute-sanitizer)."""
     tree = Path(tree).resolve()
-    scratch = tempfile.mkdtemp(prefix="grader-submission-")
+    scratch = tempfile.mkdtemp(prefix="grader-submission-", dir=SCRATCH_IN)
     log_path = Path(scratch) / "submission.log"
     ours, theirs = socket.socketpair()
     from multiprocessing.connection import Connection
@@ -132,7 +135,8 @@ def start_judge(tree: Path, exercise, track, phase: str, events: Path, settings:
     measures anything: grader.grade prepares the next track's timing while one runs alone."""
     log = events.with_suffix(".log")
     cmd = [sys.executable, "-m", "grader.judge", "--tree", str(tree), "--exercise", exercise.id,
-           "--track", track.name, "--events", str(events), "--phase", phase]
+           "--track", track.name, "--events", str(events), "--phase", phase,
+           "--scratch-in", str(events.parent)]
     if gate is not None:
         cmd += ["--gate", str(gate)]
     env = child_env(settings)

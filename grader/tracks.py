@@ -24,7 +24,7 @@ from grader.settings import Settings
 def run_judge(tree: Path, exercise: Exercise, track: Track, phase: str, settings: Settings,
               timeout_s: float, progress=None) -> TrackResult:
     """One judge phase (checks, bench, sweep, warm), start to end: its TrackResult."""
-    with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="grader-", ignore_cleanup_errors=True) as tmp:
         events = Path(tmp) / f"{phase}.jsonl"
         j = start_judge(tree, exercise, track, phase, events, settings)
         return _ended(j, tree, exercise, track, timeout_s, settings, progress)
@@ -54,7 +54,7 @@ class Prepared:
     """A timing judge started ahead, waiting at its gate (see time_track)."""
 
     def __init__(self, tree, exercise, track, settings: Settings):
-        self.tmp = tempfile.TemporaryDirectory(prefix="grader-")
+        self.tmp = tempfile.TemporaryDirectory(prefix="grader-", ignore_cleanup_errors=True)
         self.gate = Path(self.tmp.name) / "go"
         self.judge = start_judge(Path(tree).resolve(), exercise, track, "bench",
                                  Path(self.tmp.name) / "bench.jsonl", settings, gate=self.gate)

@@ -3,6 +3,7 @@
 The bad trees are made from the solutions by small edits (see conftest.variant), so they stay
 in step with the solution they break.
 """
+import os
 import re
 import subprocess
 import sys
@@ -153,6 +154,23 @@ def test_scorecard_completes_after_a_crash(variant, tmp_path):
     for ex in discover():  # every exercise still has its row
         assert re.search(rf"{ex.number}\s+{ex.name}\s", out.stdout), ex.id
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_a_grade_leaves_no_temporary_folder_behind(variant, tmp_path):
+    """Each submission's process writes only its scratch folder (and its TMPDIR is that folder):
+    it lives inside its judge's temporary folder, which the grade removes however the judge
+    ended (here a crash), not one folder per process left in /tmp for good."""
+    tree = variant("01_vector_add", "triton", {"vector_add.py": [
+        ("    out = torch.empty_like(x)\n", "    import os, signal\n    if x.numel() == 1000:\n"
+         "        os.kill(os.getpid(), signal.SIGSEGV)\n    out = torch.empty_like(x)\n")]})
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = subprocess.run([sys.executable, "-m", "grader", "grade", "--submission", str(tree),
+                          "--exercise", "01", "--no-bench"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "TMPDIR": str(tmp)})
+    assert out.returncode == 0 and "crashed: a segmentation fault" in out.stdout, out.stdout
+    left = sorted(p.name for p in tmp.iterdir() if p.name.startswith("grader"))
+    assert not left, left
 
 
 # --- CUDA: compile errors everywhere, broken kernels on the GPU --------------------------------
