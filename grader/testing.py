@@ -70,10 +70,13 @@ def backward_stage():
         yield
     except (NotImplementedError, RuntimeError) as e:
         msg = str(e).strip()
-        if "not implemented yet" not in msg or msg.startswith("start the backward"):
+        # PyTorch's own words for an autograd.Function without a backward, too
+        unwritten = "not implemented yet" in msg or "must implement either the backward" in msg
+        if not unwritten or msg.startswith("start the backward"):
             raise
-        raise NotImplementedError(f"start the backward: {msg.splitlines()[0]} (the forward ran; "
-                                  f"this check also needs the gradients)") from None
+        raise off_topic(NotImplementedError(f"start the backward: {msg.splitlines()[0]} (the "
+                                            f"forward ran; this check also needs the "
+                                            f"gradients)")) from None
 
 
 def value_and_grads(fn, *args, wrt=(0,), dy):

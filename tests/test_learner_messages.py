@@ -192,6 +192,64 @@ def test_grid_rounded_down_is_not_blamed_on_a_view_or_a_cache(variant, configure
         assert c.hint == "", c.hint
 
 
+def test_backward_from_x_gets_no_forward_advice(variant, configure):
+    """The backward reads x where it needs y: y is right, dx is not. The checks about the max
+    (large magnitudes) and about views say so, without their forward hints, the max-subtraction
+    advice, or blaming the view (a dense x is wrong too)."""
+    tree = variant("05_softmax", "triton", {"softmax.py": [
+        ("ctx.save_for_backward(y)", "ctx.save_for_backward(x)")]})
+    configure(select="test_large_magnitudes or test_strided_x_handled_or_refused")
+    result = grade_track(tree, EX05, EX05.tracks["triton"])
+    large, views = (checks(result, "test_large_magnitudes"),
+                    checks(result, "test_strided_x_handled_or_refused"))
+    assert large and views, result.checks
+    for c in large + views:
+        assert "y is right but dx is not" in c.message, c.message
+        assert "subtracting the max" not in c.message and c.hint == "", (c.message, c.hint)
+    for c in views:
+        assert c.message.startswith("wrong with a dense x too, so not because of the view"), \
+            c.message
+        assert "its own strides" not in c.message, c.message
+
+
+def test_masked_lanes_read_as_zero_are_not_blamed_on_the_shift(variant, configure):
+    """Masked lanes loaded as 0 (not -inf): softmax(x) itself is wrong. The shift-invariance
+    check says that, not "subtract the max"."""
+    tree = variant("05_softmax", "triton", {"softmax.py": [
+        ('x = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(acc_ty)',
+         "x = tl.load(x_row + cols, mask=mask, other=0.0).to(acc_ty)")]})
+    configure(select="test_shift_invariance")
+    bad = checks(grade_track(tree, EX05, EX05.tracks["triton"]), "test_shift_invariance")
+    assert bad, "masked lanes read as 0 passed"
+    for c in bad:
+        assert c.message.startswith("softmax(x) is wrong already, before any shift"), c.message
+        assert "subtracting the max" not in c.message, c.message
+        assert "masked lanes loaded as 0" in c.message, c.message
+
+
+def test_autograd_function_without_backward_says_start_the_backward(variant, configure):
+    """A forward-only autograd.Function (no backward method at all): PyTorch's own error is the
+    backward stage not started, not a failure of the forward the check also tests."""
+    tree = variant("05_softmax", "triton", {"softmax.py": [(
+        """    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None
+        return softmax_bwd(y, dy)
+""", "")]})
+    configure(select="test_forward_matches_reference or test_large_magnitudes")
+    result = grade_track(tree, EX05, EX05.tracks["triton"])
+    assert any(n.startswith("test_forward_matches_reference") for n in passed(result)), \
+        result.checks
+    bad = checks(result, "test_")
+    assert bad and all(c.name.startswith("test_large_magnitudes") for c in bad), bad
+    for c in bad:
+        assert c.message.startswith("start the backward: You must implement either the "
+                                    "backward"), c.message
+        assert c.hint == "", c.hint
+
+
 @interpreter_only
 def test_math_on_float16_names_the_kernel_line_and_the_cast(variant, configure):
     """tl.exp of a float16 value (Triton's math takes float32/float64): the kernel's line, not
