@@ -186,11 +186,13 @@ def _nan_cause(g, e, bad, poisoned) -> str | None:
     if bool(unwritten.all()):
         if tail and first > 0:
             return (f"elements from flat index {first} on were never written (they still hold "
-                    f"the NaN fresh outputs start with): the grid does not cover the tail, or "
-                    f"the mask/bounds check cuts it off")
+                    f"the NaN fresh outputs start with): the grid does not cover the tail "
+                    f"(round the block count up: triton.cdiv(n, BLOCK), (n + B - 1) / B in "
+                    f"CUDA; n // BLOCK drops the tail), or the mask/bounds check cuts it off")
         if tail:
             return ("no element was written (each still holds the NaN fresh outputs start "
-                    "with): is the kernel launched, on the right tensor, and is the launch "
+                    "with): is the kernel launched (a block count rounded down, n // BLOCK, is "
+                    "0 when n < BLOCK: round it up), on the right tensor, and is the launch "
                     "error checked?")
         return ("some elements were never written (they still hold the NaN fresh outputs "
                 "start with): check the index arithmetic and the stride between "
@@ -202,9 +204,10 @@ def _nan_cause(g, e, bad, poisoned) -> str | None:
                 f"too: check which elements each program stores")
     computed_nan = torch.isnan(gb) & ~torch.isnan(eb)
     if bool(computed_nan.any()):
-        return ("NaN computed where the reference is finite (inf/inf, inf - inf or 0 * inf): "
-                "an overflow to inf first (exp of a large value, x*x in fp16/bf16: subtract the "
-                "max before exp, square in float32), or a division by zero")
+        return ("NaN computed where the reference is finite (inf/inf, inf - inf, 0 * inf or "
+                "0/0): an overflow to inf first (exp of a large value, x*x in fp16/bf16: "
+                "subtract the max before exp, square in float32), a sum whose every term "
+                "underflowed to 0 (exp of values all below about -100), or a division by zero")
     if bool((torch.isinf(gb) & torch.isfinite(eb)).any()):
         return ("inf where the reference is finite: an overflow (exp of a large value, x*x or "
                 "a sum in fp16/bf16: compute in float32), or a division by zero")

@@ -370,11 +370,17 @@ def _check_bounds(what: str, ptrs, mask, builder) -> None:
         shown = ", ".join(str(int(o)) for o in offs[:6]) + (", ..." if offs.size > 6 else "")
     program = tuple(int(i) for i in getattr(builder, "grid_idx", ()) or ())
     last = (hi - base) // size - 1
+    if mask is None:  # no mask at all
+        fix = (f"mask it ({what}(ptr + offs, mask=offs < n, ...)), and check the offset and "
+               f"stride arithmetic")
+    else:  # a mask was given, and these lanes are on under it
+        fix = ("these lanes are on under its mask, so the mask is not what is missing: check "
+               "the offset and stride arithmetic (each tensor with its own strides and "
+               "length) and what the mask compares")
     raise OutOfBounds(
         f"out-of-bounds {what} in program {program}: {lanes} lane(s) of pointer argument "
         f"`{name}` ({_describe(t)}) at element offsets {shown} from its start, outside "
-        f"0..{last}: mask it ({what}(ptr + offs, mask=offs < n, ...)), and check the offset "
-        f"and stride arithmetic; on a GPU this reads or writes another allocation, or crashes")
+        f"0..{last}: {fix}; on a GPU this reads or writes another allocation, or crashes")
 
 
 def _install_bounds(ip, B) -> None:
@@ -403,8 +409,9 @@ def _install_bounds(ip, B) -> None:
         try:
             return call(self, *args, **kwargs)
         except ip.InterpreterError as e:  # the interpreter wraps it as repr(e): give it back
-            if isinstance(e.__cause__, OutOfBounds):
-                raise OutOfBounds(str(e.__cause__)) from None
+            if isinstance(e.__cause__, OutOfBounds):  # its traceback ends in the kernel's line
+                raise OutOfBounds(str(e.__cause__)).with_traceback(
+                    e.__cause__.__traceback__) from None
             raise
         finally:
             _regions.clear()
@@ -413,13 +420,27 @@ def _install_bounds(ip, B) -> None:
     load, store = B.create_masked_load, B.create_masked_store
 
     def create_masked_load(self, ptrs, mask, other, *rest):
-        _check_bounds("tl.load", ptrs, mask, self)
+        _check_bounds("tl.load", ptrs, None if self._grader_unmasked else mask, self)
         return load(self, ptrs, mask, other, *rest)
 
     def create_masked_store(self, ptrs, value, mask, *rest):
-        _check_bounds("tl.store", ptrs, mask, self)
+        _check_bounds("tl.store", ptrs, None if self._grader_unmasked else mask, self)
         return store(self, ptrs, value, mask, *rest)
     B.create_masked_load, B.create_masked_store = create_masked_load, create_masked_store
+
+    # a tl.load/tl.store without a mask reaches the masked one with a mask of all ones: flagged,
+    # so that an access out of bounds says "mask it" only where there is no mask
+    B._grader_unmasked = False
+
+    def unmasked(orig):
+        def op(self, *args):
+            self._grader_unmasked = True
+            try:
+                return orig(self, *args)
+            finally:
+                self._grader_unmasked = False
+        return op
+    B.create_load, B.create_store = unmasked(B.create_load), unmasked(B.create_store)
 
     rmw, cas = B.create_atomic_rmw, B.create_atomic_cas
 

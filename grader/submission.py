@@ -180,12 +180,24 @@ class SubmissionServer:
                   if Path(f.filename).resolve().is_relative_to(tree)]
         info = {"type": type(e).__name__, "message": str(e)[:6000],
                 "notes": [str(n) for n in getattr(e, "__notes__", [])][:6]}
-        # what raised underneath (a Triton CompilationError says where, its cause says what)
-        cause, seen = e.__cause__ or e.__context__, 0
+        # what raised underneath (a Triton CompilationError says where, its cause says what);
+        # not a context suppressed by `raise ... from None`, nor a cause that repeats the
+        # message (the interpreter's InterpreterError is repr() of its cause)
+        under = lambda c: c.__cause__ or (None if c.__suppress_context__ else c.__context__)
+        cause, seen = under(e), 0
         while cause is not None and seen < 3:
             first = (str(cause).strip().splitlines() or [""])[-1][:400]
-            info["notes"].append(f"caused by {type(cause).__name__}: {first}")
-            cause, seen = cause.__cause__ or cause.__context__, seen + 1
+            if first not in info["message"]:
+                info["notes"].append(f"caused by {type(cause).__name__}: {first}")
+            # where: the innermost line of the learner's files (on the interpreter a kernel's
+            # error is raised inside the kernel's own line, and re-raised at its launch)
+            frames = [f for f in traceback.extract_tb(cause.__traceback__)
+                      if Path(f.filename).resolve().is_relative_to(tree)] or frames
+            cause, seen = under(cause), seen + 1
+        if "Expected dtype ['fp32', 'fp64'] but got" in info["message"]:
+            info["notes"].append("Triton's math functions (tl.exp, tl.log, tl.sqrt, ...) take "
+                                 "float32 or float64: convert their argument with "
+                                 ".to(tl.float32) first")
         if frames:
             info["where"] = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}"
         for base in (NotImplementedError, ValueError, TypeError, IndexError, AssertionError,

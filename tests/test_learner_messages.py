@@ -2,10 +2,12 @@
 solution with a small text edit, conftest.variant) graded through grader.grade.grade_track, and
 its text checked. On a CPU the Triton tracks run on the interpreter."""
 import pytest
+import torch
 
 from grader.discover import discover
 from grader.grade import grade_track
 
+EX01 = discover(only="01")[0]
 EX05 = discover(only="05")[0]
 
 
@@ -99,3 +101,168 @@ def test_no_device_check_says_check_the_device_first(variant, configure):
     found = failed(grade_track(tree, ex, ex.tracks["cuda"]))
     msg = found.get("test_refuses_cpu_tensor", "")
     assert "check the device first" in msg and 'check_device(x, "x")' in msg, found
+
+
+# --- a newcomer's usual mistakes in 01 and 05 ----------------------------------------------------
+
+def checks(result, prefix: str) -> list:
+    """The failed checks whose name starts with `prefix`."""
+    return [c for c in result.checks if c.outcome == "failed" and c.name.startswith(prefix)]
+
+
+def line_of(tree, exercise: str, track: str, file: str, text: str) -> int:
+    lines = (tree / exercise / track / file).read_text().splitlines()
+    return next(i + 1 for i, line in enumerate(lines) if text in line)
+
+
+interpreter_only = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="a GPU is here: the grader runs Triton compiled, not on "
+                                      "the interpreter (whose messages these are)")
+
+
+@interpreter_only
+def test_unmasked_load_points_at_its_line_once(variant, configure):
+    """The classic: a tl.load without a mask. The failure is located at that line of the kernel
+    (not the launch), says "mask it" once (the interpreter's wrapped copies of the same error are
+    not repeated), and shows no check hint about another subject ("keep nothing between
+    calls")."""
+    load = "x = tl.load(x_ptr + offsets)"
+    tree = variant("01_vector_add", "triton", {"vector_add.py": [
+        ("x = tl.load(x_ptr + offsets, mask=mask)", load)]})
+    configure(select="test_matches_reference or test_new_contents_same_shapes")
+    result = grade_track(tree, EX01, EX01.tracks["triton"])
+    line = line_of(tree, "01_vector_add", "triton", "vector_add.py", load)
+    bad = checks(result, "test_")
+    assert {c.name.partition("[")[0] for c in bad} == {"test_matches_reference",
+                                                       "test_new_contents_same_shapes"}, bad
+    for c in bad:
+        assert c.where == f"vector_add.py:{line}", (c.name, c.where)
+        assert c.message.count("out-of-bounds tl.load") == 1, c.message
+        assert "pointer argument `x_ptr`" in c.message and "mask it (tl.load(" in c.message, \
+            c.message
+        assert "caused by" not in c.message and c.hint == "", (c.message, c.hint)
+
+
+@interpreter_only
+def test_out_of_bounds_under_a_mask_blames_the_offsets(variant, configure):
+    """x's stride used for y too: y's loads run past its end although they are masked. The
+    message says the mask is there (not "mask it"), points at the offsets, names the view."""
+    load_y = "y = tl.load(y_ptr + offsets * sx, mask=mask)"
+    tree = variant("01_vector_add", "triton", {"vector_add.py": [
+        ("def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):",
+         "def add_kernel(x_ptr, y_ptr, out_ptr, n, sx, BLOCK: tl.constexpr):"),
+        ("x = tl.load(x_ptr + offsets, mask=mask)", "x = tl.load(x_ptr + offsets * sx, mask=mask)"),
+        ("y = tl.load(y_ptr + offsets, mask=mask)", load_y),
+        ('for name, t in (("x", x), ("y", y)):', 'for name, t in (("y", y),):'),
+        ("add_kernel[grid](x, y, out, n, BLOCK=BLOCK,",
+         "add_kernel[grid](x, y, out, n, x.stride(0), BLOCK=BLOCK,")]})
+    configure(select="test_strided_input_handled_or_refused")
+    result = grade_track(tree, EX01, EX01.tracks["triton"])
+    bad = checks(result, "test_strided_input_handled_or_refused")
+    assert bad, "reading y with x's stride passed"
+    line = line_of(tree, "01_vector_add", "triton", "vector_add.py", load_y)
+    for c in bad:
+        assert c.message.startswith("out-of-bounds tl.load") and "`y_ptr`" in c.message, c.message
+        assert "on under its mask" in c.message and "mask it (" not in c.message, c.message
+        assert "(with `x` given as a strided view, every other input dense)" in c.message, \
+            c.message
+        assert c.where == f"vector_add.py:{line}", c.where
+
+
+def test_grid_rounded_down_is_not_blamed_on_a_view_or_a_cache(variant, configure):
+    """n // BLOCK programs: the tail (here all of it: n < BLOCK) is never written. The view check
+    and the repeated-call check say it is wrong on plain inputs too (not the view, not a kept
+    result), with the grid's fix, and without their own hints."""
+    tree = variant("01_vector_add", "triton", {"vector_add.py": [
+        ("grid = (triton.cdiv(n, BLOCK),)", "grid = (n // BLOCK,)")]})
+    configure(select="test_strided_input_handled_or_refused or test_new_contents_same_shapes")
+    result = grade_track(tree, EX01, EX01.tracks["triton"])
+    views, twice = (checks(result, "test_strided_input_handled_or_refused"),
+                    checks(result, "test_new_contents_same_shapes"))
+    assert views and twice, result.checks
+    for c in views:
+        assert c.message.startswith("wrong with every input dense too, so not because of "), \
+            c.message
+        assert "into its memory" not in c.message and "its own strides" not in c.message, \
+            c.message
+    for c in twice:
+        assert c.message.startswith("the first call is wrong already"), c.message
+    for c in views + twice:
+        assert "n // BLOCK" in c.message and "round it up" in c.message, c.message
+        assert c.hint == "", c.hint
+
+
+def test_backward_from_x_gets_no_forward_advice(variant, configure):
+    """The backward reads x where it needs y: y is right, dx is not. The checks about the max
+    (large magnitudes) and about views say so, without their forward hints, the max-subtraction
+    advice, or blaming the view (a dense x is wrong too)."""
+    tree = variant("05_softmax", "triton", {"softmax.py": [
+        ("ctx.save_for_backward(y)", "ctx.save_for_backward(x)")]})
+    configure(select="test_large_magnitudes or test_strided_x_handled_or_refused")
+    result = grade_track(tree, EX05, EX05.tracks["triton"])
+    large, views = (checks(result, "test_large_magnitudes"),
+                    checks(result, "test_strided_x_handled_or_refused"))
+    assert large and views, result.checks
+    for c in large + views:
+        assert "y is right but dx is not" in c.message, c.message
+        assert "subtracting the max" not in c.message and c.hint == "", (c.message, c.hint)
+    for c in views:
+        assert c.message.startswith("wrong with a dense x too, so not because of the view"), \
+            c.message
+        assert "its own strides" not in c.message, c.message
+
+
+def test_masked_lanes_read_as_zero_are_not_blamed_on_the_shift(variant, configure):
+    """Masked lanes loaded as 0 (not -inf): softmax(x) itself is wrong. The shift-invariance
+    check says that, not "subtract the max"."""
+    tree = variant("05_softmax", "triton", {"softmax.py": [
+        ('x = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(acc_ty)',
+         "x = tl.load(x_row + cols, mask=mask, other=0.0).to(acc_ty)")]})
+    configure(select="test_shift_invariance")
+    bad = checks(grade_track(tree, EX05, EX05.tracks["triton"]), "test_shift_invariance")
+    assert bad, "masked lanes read as 0 passed"
+    for c in bad:
+        assert c.message.startswith("softmax(x) is wrong already, before any shift"), c.message
+        assert "subtracting the max" not in c.message, c.message
+        assert "masked lanes loaded as 0" in c.message, c.message
+
+
+def test_autograd_function_without_backward_says_start_the_backward(variant, configure):
+    """A forward-only autograd.Function (no backward method at all): PyTorch's own error is the
+    backward stage not started, not a failure of the forward the check also tests."""
+    tree = variant("05_softmax", "triton", {"softmax.py": [(
+        """    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None
+        return softmax_bwd(y, dy)
+""", "")]})
+    configure(select="test_forward_matches_reference or test_large_magnitudes")
+    result = grade_track(tree, EX05, EX05.tracks["triton"])
+    assert any(n.startswith("test_forward_matches_reference") for n in passed(result)), \
+        result.checks
+    bad = checks(result, "test_")
+    assert bad and all(c.name.startswith("test_large_magnitudes") for c in bad), bad
+    for c in bad:
+        assert c.message.startswith("start the backward: You must implement either the "
+                                    "backward"), c.message
+        assert c.hint == "", c.hint
+
+
+@interpreter_only
+def test_math_on_float16_names_the_kernel_line_and_the_cast(variant, configure):
+    """tl.exp of a float16 value (Triton's math takes float32/float64): the kernel's line, not
+    the launch; the error once; the cast that fixes it."""
+    bad_line = "scale = tl.where(seen, tl.exp((m_j - m_new).to(tl.float16)), 0.0)"
+    tree = variant("05_softmax", "triton", {"softmax.py": [
+        ("scale = tl.where(seen, tl.exp(m_j - m_new), 0.0)", bad_line)]})
+    configure(select="test_rows_longer_than_a_block")
+    result = grade_track(tree, EX05, EX05.tracks["triton"])
+    bad = checks(result, "test_rows_longer_than_a_block")
+    assert bad, "tl.exp of float16 passed"
+    line = line_of(tree, "05_softmax", "triton", "softmax.py", bad_line)
+    for c in bad:
+        assert c.where == f"softmax.py:{line}", (c.where, c.message)
+        assert c.message.count("Expected dtype ['fp32', 'fp64'] but got fp16") == 1, c.message
+        assert "convert their argument with .to(tl.float32)" in c.message, c.message
