@@ -58,6 +58,33 @@ def test_gradcheck_locates_a_wrong_backward(variant, configure):
         assert "tensor(" not in msg and len(msg.splitlines()) <= 4, msg
 
 
+def test_a_fast_mode_gradcheck_failure_does_not_recompute_the_jacobians():
+    """gradcheck's fast mode recomputed both full Jacobians to word a failure (2 forwards per
+    input element: 60 s of 05's (2, 600) case on the interpreter). The verdict stays
+    gradcheck's; the message is the located one, made from ~2 * 64 forwards."""
+    from grader.check import Mismatch
+    from grader.testing import gradcheck_checked
+    calls = []
+
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            calls.append(1)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, dy):
+            return dy * 3  # wrong: d(2x)/dx is 2
+
+    x = torch.randn(2, 600, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(Mismatch) as e:
+        gradcheck_checked(Twice.apply, (x,), names=("x",), fast_mode=True)
+    msg = str(e.value)
+    assert msg.startswith("gradcheck: dx is wrong") and "is at x[" in msg, msg
+    assert "Numerical:" not in msg and "tensor(" not in msg, msg
+    assert len(calls) < 400, f"{len(calls)} forward calls for 1200 elements"
+
+
 # --- staged exercises: the forward alone passes the forward checks -------------------------------
 
 STAGED = [  # exercise, track, file, the backward's first line (a stub raises right after it)
