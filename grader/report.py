@@ -147,16 +147,25 @@ def feedback(ex: Exercise, r: TrackResult, s: Score, *, full: bool = False) -> s
     if r.stopped:
         out.append(f"{head}: checks stopped early: {r.stopped}")
     failed = [c for c in r.checks if c.outcome == "failed"]
-    shown = failed if full else failed[:3]
+    # checks that failed with the same words are said once (a forward-only 05: 22 checks, each
+    # "start the backward: ..."), the others named under it
+    groups: dict[str, list] = {}
+    for c in failed:
+        groups.setdefault(c.message, []).append(c)
+    shown = list(groups.values()) if full else list(groups.values())[:3]
     if failed:
         out.append(f"{head}: {len(failed)} check(s) failed")
-    for c in shown:
+    for same in shown:
+        c = same[0]
         where = f"  ({c.where})" if c.where else ""
         msg = c.message if full else "\n".join(c.message.splitlines()[:12])
         msg = "\n".join([msg] + c.details())
         out.append(f"  FAIL {c.name}{where}\n{_indent(msg, 6)}")
-    if len(failed) > len(shown):
-        out.append("  also failed: " + ", ".join(c.name for c in failed[len(shown):]))
+        if len(same) > 1:
+            out.append(f"  FAIL the same way: {_names(same[1:])}")
+    rest = [c for same in list(groups.values())[len(shown):] for c in same]
+    if rest:
+        out.append("  also failed: " + _names(rest))
     if r.sanitizer:
         z = r.sanitizer
         if z.get("unavailable"):
@@ -178,6 +187,15 @@ def feedback(ex: Exercise, r: TrackResult, s: Score, *, full: bool = False) -> s
     elif p and p.get("status", "").startswith("not measured:"):
         out.append(f"{head}: performance {p['status']}")
     return "\n".join(out)
+
+
+def _names(checks) -> str:
+    """Check names, a parametrized check's cases counted: 'test_a (3 cases), test_b[cpu]'."""
+    by: dict[str, list[str]] = {}
+    for c in checks:
+        by.setdefault(c.name.split("[")[0], []).append(c.name)
+    return ", ".join(names[0] if len(names) == 1 else f"{base} ({len(names)} cases)"
+                     for base, names in by.items())
 
 
 def performance_line(p: dict, s: Score) -> str:

@@ -89,3 +89,28 @@ def test_an_ahead_of_time_build_is_not_called_building(tmp_path):
     assert out.getvalue().splitlines() == [
         "04_reduce_sum [cuda] loading the library built ahead of time",
         "04_reduce_sum [cuda] loaded (built ahead of time); 1 checks"]
+
+
+def test_checks_failing_with_the_same_words_are_said_once():
+    """A forward-only 05 fails 22 checks with one message ("start the backward: ..."): it is
+    printed once, with the first check's example, and the others named under it by check,
+    their cases counted; a different message still gets its own FAIL."""
+    from grader.discover import discover
+    from grader.report import feedback
+    from grader.results import Check, TrackResult
+    from grader.score import score
+    ex = discover(only="05")[0]
+    same = "start the backward: softmax_bwd: not implemented yet"
+    checks = [Check("test_forward[cpu]", "correctness", "passed"),
+              Check("test_bwd[cpu]", "correctness", "failed", same, example="seed=0"),
+              *[Check(f"test_awkward[cpu-{d}]", "correctness", "failed", same)
+                for d in ("f32", "f16", "bf16")],
+              Check("test_other[cpu]", "correctness", "failed", "y[3] is 2.0, expected 1.0"),
+              Check("test_gradcheck[cpu-(13,)]", "gradcheck", "failed", same)]
+    r = TrackResult("05_softmax", "triton", "/tree", build={"ok": True}, checks=checks)
+    text = feedback(ex, r, score(ex, r), full=True)
+    assert text.count(same) == 1, text
+    assert "6 check(s) failed" in text and "failing example: seed=0" in text, text
+    assert ("  FAIL the same way: test_awkward (3 cases), test_gradcheck[cpu-(13,)]"
+            in text.splitlines()), text
+    assert "  FAIL test_other[cpu]" in text.splitlines(), text
