@@ -159,14 +159,14 @@ def _forking(pairs, settings: Settings, progress):
     ~2 CPU s each). Not inside the watch loop (its own zygotes), not for one track (nothing to
     share), and not on a GPU machine, where a grade's processes start as before. A zygote that
     refuses to serve only means the processes start afresh."""
-    from grader.zygote import ZygoteError
+    from grader import zygote
     if launch.FORKER is not None or len(pairs) < FORK_AT or _driver_loaded():
         yield
         return
     with tempfile.TemporaryDirectory(prefix="grader-zygotes-") as folder:
         try:
-            zygotes = launch.start_zygotes(settings, False, Path(folder))
-        except ZygoteError as e:
+            zygotes = zygote.start_zygotes(settings, False, Path(folder))
+        except zygote.ZygoteError as e:
             _say(progress, f"grade: {e}; every process starts afresh instead")
             yield
             return

@@ -50,35 +50,6 @@ def child_env(settings: Settings | None = None) -> dict:
     return env
 
 
-def start_zygotes(settings: Settings, gpu: bool, folder: Path) -> list:
-    """A judge zygote and a submission zygote (grader.zygote), both imported and ready: set
-    `FORKER = zygotes[0].forker()` and every judge (and, through it, its submission's process)
-    is forked instead of started. Their environment is what a judge starts with (start_judge)
-    and, a judge's being what its submission's process inherits, that process's too, which
-    asks for Triton's interpreter before importing triton where there is no GPU. Raises
-    ZygoteError (neither left running) where one refused to serve or died."""
-    from grader.zygote import Zygote, ZygoteError, pair
-    env = child_env(settings)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR))
-    sub_env = dict(env, **({} if gpu else {"TRITON_INTERPRET": "1"}))
-    judge_end, sub_end = pair()
-    zygotes = []
-    try:  # both import at once; each kept as soon as it runs (a Ctrl-C meanwhile stops it)
-        zygotes.append(Zygote("judge", env, folder / "zygote-judge.log", judge_end))
-        zygotes.append(Zygote("submission", sub_env, folder / "zygote-submission.log", sub_end))
-        for z in zygotes:
-            z.ready()
-    except ZygoteError:
-        for z in zygotes:
-            z.stop()
-        raise
-    finally:
-        judge_end.close()
-        sub_end.close()
-    return zygotes
-
-
 @dataclass
 class SubmissionProcess:
     proc: subprocess.Popen

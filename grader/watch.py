@@ -44,7 +44,7 @@ from grader.paths import ROOT, build_dir
 from grader.progress import Progress
 from grader.results import TrackResult, read_events
 from grader.settings import Settings, from_environment
-from grader.zygote import Zygote, ZygoteError
+from grader.zygote import Zygote, ZygoteError, start_zygotes
 
 POLL_S = 0.1      # how often the files are looked at (a few stat calls)
 MISSING_S = 2.0   # how long a file may be missing mid-save (an editor's rename) before it counts
@@ -182,7 +182,7 @@ class Watcher:
         self.ready_s = time.perf_counter() - began
 
     def _start_zygotes(self) -> None:
-        self.zygotes = launch.start_zygotes(self.settings, self.gpu is not None, self.tmp)
+        self.zygotes = start_zygotes(self.settings, self.gpu is not None, self.tmp)
         self.launcher = self.zygotes[0].forker()
 
     def _revive(self) -> bool:

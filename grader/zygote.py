@@ -44,7 +44,7 @@ import time
 import traceback
 from pathlib import Path
 
-from grader.paths import ROOT
+from grader.paths import INDUCTOR, ROOT
 
 MODULES = {"judge": "grader.judge", "submission": "grader.submission"}
 
@@ -254,6 +254,36 @@ class Zygote:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+
+
+def start_zygotes(settings, gpu: bool, folder: Path) -> list:
+    """A judge zygote and a submission zygote, both imported and ready: set
+    `grader.launch.FORKER = zygotes[0].forker()` and every judge (and, through it, its
+    submission's process) is forked instead of started. Their environment is what a judge
+    starts with (grader.launch.start_judge) and, a judge's being what its submission's process
+    inherits, that process's too, which asks for Triton's interpreter before importing triton
+    where there is no GPU. Raises ZygoteError (neither left running) where one refused to
+    serve or died."""
+    from grader.launch import child_env
+    env = child_env(settings)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR))
+    sub_env = dict(env, **({} if gpu else {"TRITON_INTERPRET": "1"}))
+    judge_end, sub_end = pair()
+    zygotes = []
+    try:  # both import at once; each kept as soon as it runs (a Ctrl-C meanwhile stops it)
+        zygotes.append(Zygote("judge", env, folder / "zygote-judge.log", judge_end))
+        zygotes.append(Zygote("submission", sub_env, folder / "zygote-submission.log", sub_end))
+        for z in zygotes:
+            z.ready()
+    except ZygoteError:
+        for z in zygotes:
+            z.stop()
+        raise
+    finally:
+        judge_end.close()
+        sub_end.close()
+    return zygotes
 
 
 # --- the zygote's side --------------------------------------------------------------------------

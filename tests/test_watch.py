@@ -235,12 +235,13 @@ def test_a_grade_of_several_tracks_forks_from_zygotes_with_the_same_verdicts(mon
         pytest.skip("a GPU driver is here: a grade starts its processes afresh")
     exercises = (EX01, discover(only="05")[0])
     started = []
-    real = launch.start_zygotes
+    from grader import zygote
+    real = zygote.start_zygotes
 
     def spy(*a, **k):
         started.append(real(*a, **k))
         return started[-1]
-    monkeypatch.setattr(launch, "start_zygotes", spy)
+    monkeypatch.setattr(zygote, "start_zygotes", spy)
     forked = grade(Submission(ROOT / "starter", exercises, bench=False))
     assert len(started) == 1 and launch.FORKER is None
     assert not any(z.alive() for z in started[0])
