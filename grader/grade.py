@@ -74,6 +74,7 @@ class Grade:
 def grade(sub: Submission, progress=None) -> Grade:
     """discover (done: `sub.exercises`) -> build -> check -> time -> score."""
     start = time.perf_counter()
+    launch.short_tempdir()
     tree, settings = Path(sub.tree).resolve(), sub.settings
     pairs = sub.pairs()
     jobs = _jobs(sub.jobs, len(pairs))

@@ -33,6 +33,20 @@ FORKER = None  # grader.zygote.Forker: fork processes from a pre-imported zygote
 #                in its process, the judges; in a judge it forked, that judge's submission's)
 
 
+TMPDIR_MAX = 44  # bytes of a temporary folder's path that a grade's processes can work in
+
+
+def short_tempdir() -> None:
+    """torch_shm_manager (the seam's shared tensors) binds a Unix socket at
+    $TMPDIR/torch-shm-dir-XXXXXX/manager.sock, and a Unix socket's path holds 107 bytes at
+    most; a submission's TMPDIR is its scratch folder, 29 bytes deeper (grader-XXXXXXXX/
+    grader-submission-XXXXXXXX). A longer TMPDIR (seen: pytest's under xdist, 75 bytes) made
+    every check fail with "torch_shm_manager ...: Invalid argument": this process and its
+    children then use /tmp instead."""
+    if len(tempfile.gettempdir()) > TMPDIR_MAX and os.path.isdir("/tmp"):
+        os.environ["TMPDIR"] = tempfile.tempdir = "/tmp"
+
+
 def child_env(settings: Settings | None = None) -> dict:
     """The environment of a grader process: this one's, the settings, the repository on the
     path, unbuffered output, and compiling in-process. By default the first torch.compile of a
