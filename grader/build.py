@@ -197,10 +197,10 @@ PCH_WAIT_S = 120  # a build waits this long at most for the PCH being made (~20-
 
 def start_pch(tracks) -> None:
     """The grade process, for a JIT build: make the PCH in a child of its own, beside the
-    checks, if a track to build has a .cpp (the child finds it made already in ~2 s). The
-    lock is taken here, before any judge starts, and passed on: no build can look for the PCH
-    before it is held."""
-    if not any(s.endswith(".cpp") for t in tracks for s in t.sources):
+    checks, if a track to build has a .cpp and this toolchain's PCH is not known made (or
+    known to fail: _pch_known). The lock is taken here, before any judge starts, and passed
+    on: no build can look for the PCH before it is held."""
+    if not any(s.endswith(".cpp") for t in tracks for s in t.sources) or _pch_known():
         return
     PCH_DIR.mkdir(parents=True, exist_ok=True)
     fd = os.open(PCH_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
@@ -221,7 +221,6 @@ def _pch_plan(includes: list[str]) -> tuple[list[str], Path] | None:
     """(the compiler's command line without the source, the PCH header's path) for the flags a
     JIT build of a binding uses, or None (not GCC; a torch whose ninja writer differs)."""
     import hashlib
-    import inspect
     import shlex
     import tempfile
     from torch.utils import cpp_extension
@@ -235,20 +234,10 @@ def _pch_plan(includes: list[str]) -> tuple[list[str], Path] | None:
     if "clang" in version.lower() or not any(w in version for w in ("GCC", "g++", "Free Software")):
         return None  # clang reads its own PCH format, not GCC's
     # the flags cpp_extension would write for a binding: its own ninja writer, dry-run
-    writer = cpp_extension._write_ninja_file_to_build_library
-    args = dict(name="pch", sources=["pch.cpp"], extra_cflags=["-O3"], extra_cuda_cflags=[],
-                extra_sycl_cflags=[], extra_ldflags=[],
-                extra_include_paths=[str(INCLUDE)] + includes, with_cuda=True,
-                with_sycl=False, is_standalone=False)
-    try:
-        params = inspect.signature(writer).parameters
-        with tempfile.TemporaryDirectory() as tmp:
-            writer(path=str(Path(tmp) / "build.ninja"),
-                   **{k: v for k, v in args.items() if k in params})
-            text = (Path(tmp) / "build.ninja").read_text()
-    except Exception:  # an internal of torch: another torch may spell it otherwise
-        return None
-    line = next((ln for ln in text.splitlines() if ln.startswith("cflags = ")), None)
+    with tempfile.TemporaryDirectory() as tmp:
+        text = _write_ninja(Path(tmp), name="pch", sources=["pch.cpp"], extra_cuda_cflags=[],
+                            extra_include_paths=[str(INCLUDE)] + includes)
+    line = next((ln for ln in (text or "").splitlines() if ln.startswith("cflags = ")), None)
     if line is None:
         return None
     # a macro defined otherwise than when the PCH was made makes GCC refuse it: the extension's
@@ -292,32 +281,50 @@ def _compile_kernels(out: Path, ninja: dict) -> None:
     cpp_extension.load writes next (its own writer: the .cu commands do not depend on the
     PCH's flags, so load then finds them made and compiles only the .cpp). A failure is left
     to load, which runs it again and reports it."""
-    import inspect
-    from torch.utils import cpp_extension
-    writer = cpp_extension._write_ninja_file_to_build_library
-    args = dict(path=str(out / "build.ninja"), extra_cflags=["-O3"], extra_sycl_cflags=[],
-                extra_ldflags=[], with_cuda=True, with_sycl=False, is_standalone=False, **ninja)
-    try:
-        params = inspect.signature(writer).parameters
-        writer(**{k: v for k, v in args.items() if k in params})
-    except Exception:  # an internal of torch: another torch may spell it otherwise
-        return
-    targets = re.findall(r"^build (\S+\.cuda\.o):", (out / "build.ninja").read_text(), re.M)
-    tool = shutil.which("ninja", path=os.pathsep.join(
-        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    text = _write_ninja(out, **ninja)
+    targets = re.findall(r"^build (\S+\.cuda\.o):", text or "", re.M)
+    tool = _ninja()
     if targets and tool:
         subprocess.run([tool, *targets], cwd=out, stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def _write_ninja(folder: Path, **args) -> str | None:
+    """The build.ninja torch.utils.cpp_extension writes for a JIT build of a binding with
+    these arguments (name, sources, extra_cuda_cflags, extra_include_paths), written into
+    `folder`; its text, or None where this torch's writer (an internal) is spelled otherwise."""
+    import inspect
+    from torch.utils import cpp_extension
+    writer = cpp_extension._write_ninja_file_to_build_library
+    args = dict(path=str(folder / "build.ninja"), extra_cflags=["-O3"], extra_sycl_cflags=[],
+                extra_ldflags=[], with_cuda=True, with_sycl=False, is_standalone=False, **args)
+    try:
+        params = inspect.signature(writer).parameters
+        writer(**{k: v for k, v in args.items() if k in params})
+        return (folder / "build.ninja").read_text()
+    except Exception:
+        return None
+
+
+def _ninja() -> str | None:
+    """ninja (a pip package) beside this interpreter, or on PATH."""
+    return shutil.which("ninja", path=os.pathsep.join(
+        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+
+
 def _pch_main() -> int:
     """`python -m grader.build --pch`: make the PCH for this machine's flags, if missing."""
+    toolchain = _toolchain()  # before toolchain_env() sets what a build process sets too
     plan = _pch_plan(toolchain_env())
     if plan is None:
         return 0
     command, header = plan
     gch = header.with_name(header.name + ".gch")
-    if gch.exists():
+    failed = header.parent / "failed.txt"
+    done = lambda: (PCH_DIR / "known.json").write_text(json.dumps(
+        {"toolchain": toolchain, "made": str(gch), "failed": str(failed)}))
+    if gch.exists() or failed.exists():
+        done()
         return 0
     header.parent.mkdir(parents=True, exist_ok=True)
     header.write_text("// The headers every binding includes, precompiled by the grader "
@@ -325,12 +332,36 @@ def _pch_main() -> int:
     tmp = gch.with_name(f"{gch.name}.{os.getpid()}.tmp")
     run = subprocess.run(command + ["-x", "c++-header", str(header), "-o", str(tmp)],
                          stdin=subprocess.DEVNULL, capture_output=True, text=True)
-    if run.returncode != 0:
+    if run.returncode != 0:  # kept: later grades do not try again (delete it to retry)
         tmp.unlink(missing_ok=True)
-        (header.parent / "failed.txt").write_text(run.stderr[-4000:])
+        failed.write_text(run.stderr[-4000:])
+        done()
         return 1
     tmp.replace(gch)  # whole or not at all: a build never reads half a PCH
+    done()
     return 0
+
+
+def _toolchain() -> list:
+    """What picks the PCH's flags and compiler, read without importing torch (~2 s): this
+    interpreter, torch's installed files, the compiler and CUDA asked for."""
+    import importlib.util
+    spec = importlib.util.find_spec("torch")
+    origin = spec.origin if spec is not None and spec.origin else ""
+    stamp = os.stat(origin).st_mtime_ns if origin and os.path.exists(origin) else 0
+    return [sys.executable, origin, stamp, os.environ.get("CXX"), os.environ.get("CUDA_HOME"),
+            os.environ.get("PATH")]
+
+
+def _pch_known() -> bool:
+    """The last PCH child ran for this same toolchain, and its PCH (or its failure) is there:
+    no child is needed (it would import torch only to find it so)."""
+    try:
+        known = json.loads((PCH_DIR / "known.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return known.get("toolchain") == json.loads(json.dumps(_toolchain())) and any(
+        os.path.exists(known.get(k) or "") for k in ("made", "failed"))
 
 
 # --- the early rebuild -------------------------------------------------------------------------
@@ -384,8 +415,7 @@ def _early_report() -> dict | None:
 def _early_main(out: Path, report: Path, allow: list[Path]) -> int:
     from grader.sandbox import close_filesystem  # only this child needs it
     close_filesystem(allow)
-    ninja = shutil.which("ninja", path=os.pathsep.join(
-        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    ninja = _ninja()
     if ninja is None:
         return 1
     with open(out / ".grader-lock", "w") as lock:

@@ -1,4 +1,5 @@
 """Build: compiler output summarized to the first real errors; caching; trees kept apart."""
+import json
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,32 @@ def _waits(build):
     assert time.monotonic() - began >= 1.0
     assert meanwhile == [1]  # the kernels compiled while it waited
     maker.wait(timeout=30)
+
+
+def test_a_known_pch_starts_no_child(tmp_path, monkeypatch):
+    """Once the PCH child has run for this toolchain, a grade starts none (it would import
+    torch, ~2 s of CPU, only to find the PCH made); another toolchain, or the PCH gone, does."""
+    import subprocess
+    import sys
+    from grader import build
+    from grader.discover import discover
+    monkeypatch.setattr(build, "PCH_DIR", tmp_path / "pch")
+    monkeypatch.setattr(build, "PCH_LOCK", tmp_path / "pch" / "building.lock")
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
+    cuda = [discover(only="02")[0].tracks["cuda"]]
+    gch = tmp_path / "pch" / "k" / "course_pch.h.gch"
+    gch.parent.mkdir(parents=True)
+    gch.touch()
+    record = lambda toolchain: (tmp_path / "pch" / "known.json").write_text(json.dumps(
+        {"toolchain": toolchain, "made": str(gch), "failed": str(gch.parent / "failed.txt")}))
+    record(build._toolchain())
+    build.start_pch(cuda)
+    assert started == []
+    record([sys.executable, "another torch"])
+    build.start_pch(cuda)
+    assert len(started) == 1
+    record(build._toolchain())
+    gch.unlink()
+    build.start_pch(cuda)
+    assert len(started) == 2
