@@ -11,11 +11,18 @@ shards a Slurm array (`--slurm --tasks K`) would run side by side, one per GPU. 
 one submission at a time per GPU, as it does for a class (timing two at once on one GPU would
 make each slower). Prints a markdown table; --doc writes it into docs/performance.md
 (section class-grading). --dry-run prints the commands and grades nothing.
+
+--slurm grades each exercise through the cluster instead: one `python -m grader batch CLASS
+--out OUT --exercise NN --slurm --tasks K` (a job array of K tasks, one GPU each), timed from
+the submission to the array's end; on the cluster SLURM_CONF names, or, where it is unset, on a
+one-node cluster of this machine's own, its GPUs as gres (benchmarks/slurm_cluster.py: the
+Debian packages' daemons, or the files of --bundle unpacked here).
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import shlex
 import shutil
 import subprocess
@@ -90,11 +97,47 @@ def batch_command(folder: Path, out: Path, exercise: str) -> list[str]:
             "--exercise", exercise]
 
 
+def slurm_command(folder: Path, out: Path, exercise: str, tasks: int, gpus: int = 1) -> list[str]:
+    # a grade is several processes (a judge and a submission's per track): 4 CPUs where the
+    # node has them
+    return batch_command(folder, out, exercise) + [
+        "--slurm", "--tasks", str(tasks), "--gpus-per-task", str(gpus),
+        "--cpus-per-task", str(min(4, os.cpu_count() or 1))]
+
+
+def grade_through_slurm(env: dict, folder: Path, out: Path, exercise: str, tasks: int,
+                        log: Path) -> int:
+    """Submit the array, wait for its end (squeue), merge (--collect); the exit code."""
+    with open(log, "w") as f:
+        import torch  # a machine without a GPU: CPU checks, tasks asking for none
+        gpus = 1 if torch.cuda.is_available() else 0
+        p = subprocess.run(slurm_command(folder, out, exercise, tasks, gpus), cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        f.write(p.stdout)
+        if p.returncode != 0 or "submitted job array " not in p.stdout:
+            return p.returncode or 1
+        jobid = p.stdout.split("submitted job array ")[1].split(":")[0]
+        while subprocess.run(["squeue", "-h", "-j", jobid], env=env, capture_output=True,
+                             text=True).stdout.strip():
+            time.sleep(1)
+        for task_log in sorted(out.glob(".grader/slurm/*/task-*.out")):
+            f.write(f"--- {task_log.name}\n{task_log.read_text()}")
+        c = subprocess.run([sys.executable, "-m", "grader", "batch", "--collect", str(out)],
+                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+        f.write(c.stdout)
+        failed = sum(t.read_text().count("] FAILED in ")
+                     for t in out.glob(".grader/slurm/*/task-*.out"))
+        return c.returncode or (1 if failed else 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--students", type=int, default=20)
     p.add_argument("--exercise", default="01,05", help="exercises by number: 01,05")
-    p.add_argument("--shards", type=int, default=1, help="disjoint folders graded one by one")
+    p.add_argument("--shards", type=int, default=1,
+                   help="disjoint folders graded one by one (with --slurm: the array's tasks)")
+    p.add_argument("--slurm", action="store_true", help="grade through sbatch (see above)")
     p.add_argument("--keep", type=Path, help="keep the class, OUT folders and summaries here")
     p.add_argument("--doc", action="store_true", help="write the table into docs/performance.md")
     p.add_argument("--dry-run", action="store_true")
@@ -103,17 +146,42 @@ def main(argv: list[str] | None = None) -> int:
     work = a.keep or Path(tempfile.mkdtemp(prefix="class-grading-"))
     if a.dry_run:
         for ex in exercises:
+            if a.slurm:
+                print("+", shlex.join(slurm_command(Path("CLASS"), Path(f"OUT/{ex}"), ex,
+                                                    a.shards)))
+                continue
             for k in range(a.shards):
                 print("+", shlex.join(batch_command(Path(f"CLASS/shard-{k}"),
                                                     Path(f"OUT/{ex}/shard-{k}"), ex)))
         return 0
+    if a.slurm:
+        import contextlib
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from slurm_cluster import Cluster, missing
+        with contextlib.ExitStack() as stack:
+            env = dict(os.environ)
+            if "SLURM_CONF" not in env:
+                if missing():
+                    sys.exit(f"class_grading.py --slurm: no SLURM_CONF and no Slurm here "
+                             f"({', '.join(missing())} missing)")
+                import torch
+                one = Cluster(work / "cluster", gpus=torch.cuda.device_count(), partition="gpu")
+                env = stack.enter_context(one).env
+                print(f"a one-node cluster: {torch.cuda.device_count()} GPU(s) as gres, "
+                      f"SLURM_CONF={env['SLURM_CONF']}", flush=True)
+            return _grade_class(a, exercises, work, argv, env)
+    return _grade_class(a, exercises, work, argv, None)
+
+
+def _grade_class(a, exercises, work: Path, argv, slurm_env: dict | None) -> int:
     import torch
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU (CPU checks)"
     work.mkdir(parents=True, exist_ok=True)
     handed = make_class(work / "class", a.students, exercises)
     names = sorted(handed)
     shards = [names[k::a.shards] for k in range(a.shards)]
-    for k, part in enumerate(shards):  # shard folders: links to the students' trees
+    for k, part in enumerate(shards if slurm_env is None else []):
+        # shard folders: links to the students' trees (a Slurm array shards the class itself)
         (work / f"shard-{k}").mkdir(exist_ok=True)
         for who in part:
             link = work / f"shard-{k}" / who
@@ -123,16 +191,21 @@ def main(argv: list[str] | None = None) -> int:
     for ex in exercises:
         t0 = time.monotonic()
         rcs = []
-        for k in range(a.shards):
-            out = work / "out" / ex / f"shard-{k}"
-            log = work / f"batch-{ex}-{k}.log"
-            with open(log, "w") as f:
-                rcs.append(subprocess.run(batch_command(work / f"shard-{k}", out, ex), cwd=ROOT,
-                                          stdout=f, stderr=subprocess.STDOUT).returncode)
+        if slurm_env is not None:
+            outs = [work / "out" / ex]
+            rcs.append(grade_through_slurm(slurm_env, work / "class", outs[0], ex, a.shards,
+                                           work / f"slurm-{ex}.log"))
+        else:
+            outs = [work / "out" / ex / f"shard-{k}" for k in range(a.shards)]
+            for k, out in enumerate(outs):
+                with open(work / f"batch-{ex}-{k}.log", "w") as f:
+                    rcs.append(subprocess.run(batch_command(work / f"shard-{k}", out, ex),
+                                              cwd=ROOT, stdout=f,
+                                              stderr=subprocess.STDOUT).returncode)
         wall = time.monotonic() - t0
         points, maxp, graded = {}, {}, 0
-        for k in range(a.shards):
-            summary = work / "out" / ex / f"shard-{k}" / "summary.csv"
+        for out in outs:
+            summary = out / "summary.csv"
             if not summary.exists():
                 continue
             for row in csv.DictReader(summary.open()):
@@ -145,8 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(f"| {_folder(ex).name} | {a.students} | {a.shards} | {graded} | {full} | "
                     f"{wall:.0f} | {wall / max(1, a.students):.1f} | "
                     f"{'ok' if not any(rcs) else 'exit ' + ','.join(map(str, rcs))} |")
+    how = ("through Slurm: one job array per exercise, one GPU per task (`--slurm --tasks "
+           f"{a.shards}`), timed from sbatch to the array's end" if slurm_env is not None else
+           "through `batch`, the shards one after another")
     table = "\n".join([
-        f"{a.students} students, {device}, one submission at a time per GPU; the class: "
+        f"{a.students} students, {device}, one submission at a time per GPU, {how}; the class: "
         "solutions, known-bad submissions every fifth student, starters every tenth.", "",
         "| exercise | submissions | shards | graded | full marks | wall s | s per submission "
         "| batch |", "|---|---|---|---|---|---|---|---|", *rows])

@@ -4,7 +4,8 @@
                            [--json results.json] [--junit junit.xml] [--no-bench] [--quick]
                            [--build jit|aot] [--repro CHECK@EXAMPLE] [--sanitize TOOL]
     python -m grader batch SUBMISSIONS_DIR --out DIR [--exercise 01] [--no-bench] [--force]
-                           [--slurm [--partition P] [--gpus-per-task 1] [--max-parallel N]]
+                           [--slurm [--partition P] [--gpus-per-task 1] [--cpus-per-task 4]
+                                    [--max-parallel N] [--tasks K]]
     python -m grader batch --collect DIR
     python -m grader bench [--exercise 06] [--impl solutions] [--out DIR] [--repeats N]
     python -m grader watch --exercise 02 [--impl starter|solutions | --submission PATH] [--quick]

@@ -430,6 +430,9 @@ def add_arguments(batch) -> None:
     batch.add_argument("--partition", help="with --slurm: sbatch --partition")
     batch.add_argument("--gpus-per-task", type=int, default=1,
                        help="with --slurm: GPUs per array task (default 1; 0: CPU checks only)")
+    batch.add_argument("--cpus-per-task", type=int, default=4,
+                       help="with --slurm: CPUs per array task (default 4: a grade runs a "
+                            "judge and a submission's process per track, and float64 checks)")
     batch.add_argument("--max-parallel", type=int, default=0,
                        help="with --slurm: array tasks running at once (sbatch --array=0-K%%N)")
     batch.add_argument("--tasks", type=int, default=0,

@@ -1,7 +1,8 @@
 """Slurm: grade a class on a cluster, as one job array whose tasks each grade a shard.
 
     python -m grader batch SUBMISSIONS_DIR --out OUT --slurm [--partition P]
-                           [--gpus-per-task 1] [--max-parallel N] [--tasks K]
+                           [--gpus-per-task 1] [--cpus-per-task 4] [--max-parallel N]
+                           [--tasks K]
     python -m grader batch --collect OUT
 
 `submit` splits the submissions still missing a results.json into K shards, writes them under
@@ -40,11 +41,13 @@ def submit_command(args) -> int:
     return submit(folder, out, exercise=args.exercise, bench=not args.no_bench,
                   force=args.force, build=args.build, visibility=args.visibility,
                   partition=args.partition, gpus_per_task=args.gpus_per_task,
-                  max_parallel=args.max_parallel, tasks=args.tasks)
+                  cpus_per_task=args.cpus_per_task, max_parallel=args.max_parallel,
+                  tasks=args.tasks)
 
 
 def submit(folder: Path, out: Path, *, exercise=None, bench=True, force=False, build=None,
-           visibility=(), partition=None, gpus_per_task=1, max_parallel=0, tasks=0,
+           visibility=(), partition=None, gpus_per_task=1, cpus_per_task=4, max_parallel=0,
+           tasks=0,
            log=lambda m: print(m, flush=True)) -> int:
     subs = find_submissions(folder)
     todo = [(n, p.resolve()) for n, p in subs
@@ -82,7 +85,8 @@ def submit(folder: Path, out: Path, *, exercise=None, bench=True, force=False, b
     minutes = math.ceil(max(len(s) for s in shards) * per / 60) + 5
     cmd = ["sbatch", "--parsable", "--job-name=grader",
            f"--array=0-{k - 1}" + (f"%{max_parallel}" if max_parallel else ""),
-           f"--output={job}/task-%a.out", f"--time={minutes}", "--ntasks=1"]
+           f"--output={job}/task-%a.out", f"--time={minutes}", "--ntasks=1",
+           f"--cpus-per-task={cpus_per_task}"]
     if partition:
         cmd.append(f"--partition={partition}")
     if gpus_per_task:

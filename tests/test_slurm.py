@@ -1,23 +1,24 @@
 """Grading a class through a real Slurm: a single-node cluster brought up on this machine.
 
 munged (on a socket of its own, with a key of its own), slurmctld and slurmd from the Debian
-packages (installed with apt-get when missing), a slurm.conf for this host with CPU-only nodes
-and ports nobody else uses, all under the test's temporary folder: nothing of the machine's own
-configuration is read or changed, and tests running beside this one (pytest-xdist) are not
-disturbed. The daemons are stopped at the end, also when the test fails.
+packages (installed with apt-get when missing), a slurm.conf for this host and ports nobody else
+uses, all under the test's temporary folder (benchmarks/slurm_cluster.py): nothing of the
+machine's own configuration is read or changed, and tests running beside this one
+(pytest-xdist) are not disturbed. The daemons are stopped at the end, also when a test fails.
+One cluster has CPU-only nodes; another offers a GPU as gres, as a GPU cluster does.
 
 `python -m grader batch --slurm` grades four submissions of exercise 01 (Triton interpreter, the
 checks Settings.select names) in a job array; the test checks summary.csv, --collect while tasks
-run, a resubmission (nothing left to grade), and an sbatch refusal shown as sbatch says it.
+run, a resubmission (nothing left to grade), and an sbatch refusal shown as sbatch says it; on
+the GPU node, that `--gpus-per-task 1` tasks run one at a time, each given the GPU by Slurm.
 """
 import csv
 import os
-import secrets
+import re
 import shutil
-import socket
+import stat
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -27,20 +28,16 @@ from grader.settings import Settings
 
 from conftest import ROOT
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from slurm_cluster import Cluster, missing  # noqa: E402  (benchmarks/ is no package)
+
 EX = "01_vector_add"
 SELECT = "matches_reference or length_one"
 DELEGATE = ("    add_kernel[grid](x, y, out, n, BLOCK=BLOCK, num_warps=NUM_WARPS)\n    return out",
             "    return torch.add(x, y)  # PyTorch does the work")
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol")
-
-
-def _have() -> bool:
-    return all(shutil.which(d) for d in DAEMONS)
-
-
 def _install() -> str | None:
     """Install the Debian packages where they are missing; None, or why they cannot be."""
-    if _have():
+    if not missing():
         return None
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         return "slurm-wlm and munge are not installed, and apt-get cannot run here (not root)"
@@ -50,122 +47,35 @@ def _install() -> str | None:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
             return f"{' '.join(cmd)} failed: {(proc.stderr or proc.stdout)[-500:]}"
-    return None if _have() else "slurm-wlm and munge installed, but the daemons are not on PATH"
+    return None if not missing() else "slurm-wlm and munge installed, but not on PATH: " + \
+        ", ".join(missing())
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def _run(cmd, env, timeout=60):
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """{'env': the environment sbatch and squeue need (SLURM_CONF), 'dir': its folder}."""
+def _up(tmp_path_factory, **kw):
     why = _install()
     if why:
         pytest.skip(f"no Slurm: {why}")
     if os.geteuid() != 0:
         pytest.skip("no Slurm: a one-node cluster of the test's own runs as root (SlurmUser=root)")
-    d = tmp_path_factory.mktemp("slurm")
-    (d / "munge").mkdir(mode=0o700)
-    key = d / "munge" / "key"
-    key.write_bytes(secrets.token_bytes(128))
-    key.chmod(0o600)
-    sock = d / "munge" / "socket"
-    host = socket.gethostname().split(".")[0]
-    ctld_port, slurmd_port = _free_ports(2)
-    for sub in ("state", "spool"):
-        (d / sub).mkdir()
-    conf = d / "slurm.conf"
-    conf.write_text(f"""ClusterName=gradertest
-SlurmctldHost={host}
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-SlurmUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={sock}
-StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
-SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
-SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-MpiDefault=none
-NodeName={host} CPUs={os.cpu_count() or 2} State=UNKNOWN
-PartitionName=cpu Nodes={host} Default=YES MaxTime=INFINITE State=UP
-""")
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    started = []
-    try:
-        p = _run(["munged", "--force", f"--socket={sock}", f"--key-file={key}",
-                  f"--pid-file={d}/munge/pid", f"--log-file={d}/munge/log",
-                  f"--seed-file={d}/munge/seed"], env)
-        assert p.returncode == 0, f"munged: {p.stderr}{(d / 'munge' / 'log').read_text()}"
-        started.append("munged")
-        for daemon in (["slurmctld", "-i"], ["slurmd"]):
-            p = _run(daemon, env)
-            assert p.returncode == 0, f"{daemon[0]}: {p.stderr}"
-            started.append(daemon[0])
-        deadline = time.time() + 60
-        while True:  # the node registers with the controller: idle
-            p = _run(["sinfo", "-h", "-o", "%T"], env)
-            if p.returncode == 0 and p.stdout.strip() == "idle":
-                break
-            assert time.time() < deadline, (
-                f"the node did not come up: {p.stdout}{p.stderr}\n" +
-                "".join(f.read_text()[-2000:] for f in (d / "slurmctld.log", d / "slurmd.log")
-                        if f.exists()))
-            time.sleep(0.5)
-        yield {"env": env, "dir": d}
-    finally:
-        _stop(d, env, started, sock)
+    return Cluster(tmp_path_factory.mktemp("slurm"), **kw)
 
 
-def _stop(d: Path, env, started, sock) -> None:
-    """Stop what this fixture started, by its pid files: never another cluster's daemons."""
-    if "slurmctld" in started or "slurmd" in started:
-        _run(["scontrol", "shutdown"], env)
-    for name in ("slurmd", "slurmctld"):
-        pid = d / f"{name}.pid"
-        _kill_pidfile(pid)
-    if "munged" in started:
-        _run(["munged", "--stop", f"--socket={sock}"], env)
-        _kill_pidfile(d / "munge" / "pid")
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A CPU-only node: {'env': the environment sbatch and squeue need (SLURM_CONF)}."""
+    with _up(tmp_path_factory) as c:
+        yield {"env": c.env, "dir": c.dir, "cluster": c}
 
 
-def _kill_pidfile(path: Path) -> None:
-    import signal
-    try:
-        pid = int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for _ in range(50):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            if _ == 0:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    return
-            time.sleep(0.1)
+@pytest.fixture(scope="module")
+def gpu_cluster(tmp_path_factory):
+    """A node offering one GPU as gres, as a GPU cluster's nodes do. This machine has none: the
+    gres names a stand-in device file (Slurm only stats it; the character device of /dev/null),
+    so Slurm schedules --gpus-per-task and sets CUDA_VISIBLE_DEVICES as it would."""
+    d = tmp_path_factory.mktemp("gpu")
+    os.mknod(d / "nvidia0", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    with _up(tmp_path_factory, gpus=1, gpu_files=[str(d / "nvidia0")]) as c:
+        yield {"env": c.env, "dir": c.dir, "cluster": c}
 
 
 def _class(tmp_path, variant) -> Path:
@@ -189,24 +99,21 @@ def _grader(cluster, *args, timeout=300):
 
 
 def _wait(cluster, jobid: str, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while True:
-        p = _run(["squeue", "-h", "-j", jobid, "-o", "%i %T"], cluster["env"])
-        if p.returncode == 0 and not p.stdout.strip():
-            return
-        if time.time() > deadline:
-            pytest.fail(f"job {jobid} still queued or running after {timeout:.0f} s:\n{p.stdout}"
-                        + _run(["scontrol", "show", "job", jobid], cluster["env"]).stdout)
-        time.sleep(1)
+    if not cluster["cluster"].wait(jobid, timeout):
+        shown = subprocess.run(["scontrol", "show", "job", jobid], env=cluster["env"],
+                               capture_output=True, text=True).stdout
+        pytest.fail(f"job {jobid} still queued or running after {timeout:.0f} s:\n{shown}")
 
 
 def test_a_class_graded_through_sbatch(tmp_path, variant, cluster):
     subs = _class(tmp_path, variant)
     out = tmp_path / "out"
     code, text = _grader(cluster, str(subs), "--out", str(out), "--exercise", "01",
-                         "--no-bench", "--slurm", "--gpus-per-task", "0", "--max-parallel", "2")
+                         "--no-bench", "--slurm", "--gpus-per-task", "0", "--max-parallel", "2",
+                         "--cpus-per-task", "1")
     assert code == 0, text
-    assert "4 to grade" in text and "sbatch --parsable" in text and "--array=0-3%2" in text, text
+    assert "4 to grade" in text and "sbatch --parsable" in text and "--array=0-3%2" in text and \
+        "--cpus-per-task=1" in text, text
     jobid = text.split("submitted job array ")[1].split(":")[0]
 
     # while the tasks run: the summary lists every submission, graded or not yet
@@ -232,11 +139,11 @@ def test_a_class_graded_through_sbatch(tmp_path, variant, cluster):
 
     # a resubmission grades only what is missing: nothing; one results.json removed: that one
     code, text = _grader(cluster, str(subs), "--out", str(out), "--exercise", "01",
-                         "--no-bench", "--slurm", "--gpus-per-task", "0")
+                         "--no-bench", "--slurm", "--gpus-per-task", "0", "--cpus-per-task", "1")
     assert code == 0 and "0 to grade, 4 already graded" in text, text
     (out / "bob" / "results.json").unlink()
     code, text = _grader(cluster, str(subs), "--out", str(out), "--exercise", "01",
-                         "--no-bench", "--slurm", "--gpus-per-task", "0")
+                         "--no-bench", "--slurm", "--gpus-per-task", "0", "--cpus-per-task", "1")
     assert code == 0 and "1 to grade, 3 already graded" in text and "--array=0-0" in text, text
     _wait(cluster, text.split("submitted job array ")[1].split(":")[0], timeout=300)
     assert (out / "bob" / "results.json").is_file()
@@ -247,9 +154,38 @@ def test_scheduler_errors_are_shown_as_they_are(tmp_path, cluster):
     shutil.copytree(ROOT / "starter" / EX, subs / "erin" / EX)
     out = tmp_path / "out"
     code, text = _grader(cluster, str(subs), "--out", str(out), "--exercise", "01", "--slurm",
-                         "--partition", "no-such-partition", "--gpus-per-task", "0")
+                         "--partition", "no-such-partition", "--gpus-per-task", "0",
+                         "--cpus-per-task", "1")
     assert code != 0 and "sbatch: error:" in text and "partition" in text.lower(), text
     assert "nothing was submitted" in text, text
     code, text = _grader(cluster, str(subs), "--out", str(out), "--exercise", "01", "--slurm",
-                         "--gpus-per-task", "1")   # this cluster has no GPUs (no gres)
+                         "--gpus-per-task", "1", "--cpus-per-task", "1")  # no GPUs (no gres)
     assert code != 0 and "sbatch: error:" in text and "gres" in text.lower(), text
+
+
+def test_gpu_tasks_get_the_gpu_one_at_a_time(tmp_path, gpu_cluster):
+    """The command a GPU cluster gets (--gpus-per-task 1, the default): sbatch accepts it, the
+    node's one GPU goes to one task at a time, and each task grades with CUDA_VISIBLE_DEVICES
+    set by Slurm (on this machine the checks still run on the CPU: there is no real GPU)."""
+    subs = tmp_path / "class"
+    for who in ("frank", "grace"):
+        shutil.copytree(ROOT / "solutions" / EX, subs / who / EX)
+    out = tmp_path / "out"
+    code, text = _grader(gpu_cluster, str(subs), "--out", str(out), "--exercise", "01",
+                         "--no-bench", "--slurm", "--cpus-per-task", "1")
+    assert code == 0 and "--gpus-per-task=1" in text and "--array=0-1" in text, text
+    jobid = text.split("submitted job array ")[1].split(":")[0]
+    _wait(gpu_cluster, jobid, timeout=600)
+    logs = [p.read_text() for p in sorted(out.glob(".grader/slurm/*/task-*.out"))]
+    assert len(logs) == 2 and all("(CUDA_VISIBLE_DEVICES=0)" in t and "graded in" in t
+                                  for t in logs), logs
+    # one GPU, two tasks: Slurm ran them one after the other (the controller keeps finished
+    # jobs' records for MinJobAge, 300 s: their start and end times)
+    shown = subprocess.run(["scontrol", "show", "job", "-o", jobid], env=gpu_cluster["env"],
+                           capture_output=True, text=True).stdout.splitlines()
+    spans = sorted((re.search(r"StartTime=(\S+)", line)[1], re.search(r"EndTime=(\S+)", line)[1])
+                   for line in shown if "ArrayTaskId=" in line)
+    assert len(spans) == 2 and spans[0][1] <= spans[1][0], shown
+    with open(out / "summary.csv") as f:
+        rows = {r["submission"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"frank", "grace"} and rows["frank"]["points"] == rows["grace"]["points"]
