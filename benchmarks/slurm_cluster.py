@@ -76,6 +76,11 @@ class Cluster:
             (d / "gres.conf").write_text(
                 "AutoDetect=off\n" + "".join(f"Name=gpu File={f}\n" for f in self.gpu_files))
             gres = f" Gres=gpu:{self.gpus}"
+        # slurmd sets up its cgroup plugin even with proctrack/linuxproc and task/none; on a
+        # cgroup v2 machine without systemd (a container, a VM's bare init) it makes its scope
+        # by hand (22.05 has no CgroupPlugin=disabled)
+        (d / "cgroup.conf").write_text("CgroupPlugin=autodetect\nIgnoreSystemd=yes\n"
+                                       "CgroupAutomount=yes\n")
         (d / "slurm.conf").write_text(f"""ClusterName=graderone
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
@@ -181,7 +186,7 @@ def _kill_pidfile(path: Path) -> None:
 # What the daemons and a job's step load with the slurm.conf above (read from /proc/PID/maps of
 # a running cluster and job here), the GPU gres plugins, and every "none" plugin: a bundle for
 # a machine without the packages holds these only (all 356 plugins link 80 MB of libraries).
-PLUGINS = ("accounting_storage_none", "acct_gather_*_none", "auth_munge", "cgroup_v1",
+PLUGINS = ("accounting_storage_none", "acct_gather_*_none", "auth_munge", "cgroup_v*",
            "core_spec_none", "cred_munge", "ext_sensors_none", "hash_k12", "job_container_none",
            "jobacct_gather_none", "jobcomp_none", "mcs_none", "mpi_*", "preempt_none",
            "prep_script", "priority_basic", "proctrack_linuxproc", "route_default",
