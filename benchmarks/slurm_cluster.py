@@ -58,6 +58,7 @@ class Cluster:
         self.gpu_files = gpu_files or [f"/dev/nvidia{i}" for i in range(gpus)]
         self.partition = partition
         self.started: list[str] = []
+        self._slice: Path | None = None
         self.env = dict(os.environ, SLURM_CONF=str(self.dir / "slurm.conf"))
 
     def _write_conf(self) -> None:
@@ -121,6 +122,7 @@ PartitionName={self.partition} Nodes={host} Default=YES MaxTime=INFINITE State=U
             if p.returncode != 0:
                 raise RuntimeError(f"munged: {p.stderr}{self.logs()}")
             self.started.append("munged")
+            self._slice = _make_system_slice()
             for daemon in (["slurmctld", "-i"], ["slurmd"]):
                 p = _run(daemon, env)
                 if p.returncode != 0:
@@ -152,6 +154,18 @@ PartitionName={self.partition} Nodes={host} Default=YES MaxTime=INFINITE State=U
             _run(["munged", "--stop", f"--socket={self.dir}/munge/socket"], self.env)
             _kill_pidfile(self.dir / "munge" / "pid")
         self.started.clear()
+        if self._slice:  # the slice made for slurmd, once its scopes are empty (deepest first)
+            for sub in sorted(self._slice.rglob("*"), key=lambda p: -len(p.parts)):
+                if sub.is_dir():
+                    try:
+                        sub.rmdir()
+                    except OSError:
+                        pass
+            try:
+                self._slice.rmdir()
+            except OSError:
+                pass
+            self._slice = None
 
     def wait(self, jobid: str, timeout: float) -> bool:
         """Until the job has left the queue (True), or timeout seconds (False)."""
@@ -162,6 +176,25 @@ PartitionName={self.partition} Nodes={host} Default=YES MaxTime=INFINITE State=U
                 return True
             time.sleep(1)
         return False
+
+
+def _make_system_slice() -> Path | None:
+    """slurmd 22.05 with IgnoreSystemd makes its scope in /sys/fs/cgroup/system.slice, which
+    only systemd creates: on a cgroup v2 machine without it (a VM's bare init) the slice is made
+    here, and removed again by stop(). None where nothing was made."""
+    root = Path("/sys/fs/cgroup")
+    try:
+        v2 = any(line.split()[1:3] == [str(root), "cgroup2"]
+                 for line in Path("/proc/mounts").read_text().splitlines())
+    except OSError:
+        return None
+    if not v2 or (root / "system.slice").exists() or os.geteuid() != 0:
+        return None
+    try:
+        (root / "system.slice").mkdir()
+    except OSError:
+        return None
+    return root / "system.slice"
 
 
 def _kill_pidfile(path: Path) -> None:
