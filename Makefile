@@ -48,8 +48,13 @@ $(VENV)/.installed: requirements.txt
 grade: $(SETUP)
 	$(PY) -m grader grade $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) --json $(RESULTS)
 
+# PROFILE=1 runs the profiler instead of the grade (one command echoed, not both)
 exercise-%: $(SETUP)
-	$(if $(PROFILE),$(PY) -m grader.profile --exercise $* $(TREE); exit $$?;)$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(SANITIZE),--sanitize $(SANITIZE)) $(if $(REPRO),--repro '$(REPRO)')
+ifneq ($(PROFILE),)
+	$(PY) -m grader.profile --exercise $* $(TREE)
+else
+	$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(SANITIZE),--sanitize $(SANITIZE)) $(if $(REPRO),--repro '$(REPRO)')
+endif
 
 watch-%: $(SETUP)
 	$(PY) -m grader watch --exercise $* $(TREE) $(if $(QUICK),--quick)

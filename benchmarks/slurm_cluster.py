@@ -1,4 +1,4 @@
-"""A one-node Slurm cluster on this machine, CPU-only or with its GPUs as gres: `python3 benchmarks/slurm_cluster.py FOLDER [--gpus N] -- COMMAND...` runs COMMAND against it (SLURM_CONF set), then stops it; tests/test_slurm.py and `benchmarks/class_grading.py --slurm` use `Cluster` directly.
+"""A one-node Slurm cluster on this machine, CPU-only or with its GPUs as gres: `python3 benchmarks/slurm_cluster.py FOLDER [--gpus N] [-- COMMAND...]` runs COMMAND against it (SLURM_CONF set), or without one keeps it up until Ctrl-C; tests/test_slurm.py and `benchmarks/class_grading.py --slurm` use `Cluster` directly.
 
 munged (on a socket of its own, with a key of its own), slurmctld and slurmd, with a slurm.conf
 for this host and ports nobody else uses, all under FOLDER: nothing of the machine's own
@@ -273,7 +273,19 @@ def main(argv=None) -> int:
         return 2
     with Cluster(a.folder, gpus=a.gpus) as c:
         print(f"one-node cluster up: SLURM_CONF={c.env['SLURM_CONF']}", flush=True)
-        return subprocess.run(a.command, env=c.env).returncode if a.command else 0
+        if a.command:
+            return subprocess.run(a.command, env=c.env).returncode
+        # no command: up until Ctrl-C (or SIGTERM), for commands from another shell
+        print(f"in another shell: export SLURM_CONF={c.env['SLURM_CONF']}; Ctrl-C stops it",
+              flush=True)
+        def leave(*_):  # once: a second signal must not cut the daemons' stopping short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, leave)
+        signal.signal(signal.SIGINT, leave)
+        signal.pause()
+        return 0
 
 
 if __name__ == "__main__":

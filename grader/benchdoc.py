@@ -51,7 +51,9 @@ OLD_METHOD = ("measured before this document existed, with the old timing method
 # --- the stamps ------------------------------------------------------------------------------
 
 def now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    """When it was measured: BENCH_DATE where a section is written here from a remote
+    machine's logs (their time, not the writing's)."""
+    return os.environ.get("BENCH_DATE") or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
 
 def commit() -> str:

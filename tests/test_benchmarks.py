@@ -244,3 +244,11 @@ def test_class_grading_dry_run_prints_one_batch_per_shard_and_exercise():
     assert len(out) == 4
     assert all("-m grader batch CLASS/shard-" in line for line in out)
     assert sum("--exercise 05" in line for line in out) == 2
+
+
+def test_class_grading_dry_run_through_slurm_prints_one_array_per_exercise():
+    out = subprocess.run([sys.executable, "benchmarks/class_grading.py", "--exercise", "01,05",
+                          "--shards", "4", "--slurm", "--dry-run"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert len(out) == 2 and all("-m grader batch CLASS --out OUT/0" in line and
+                                 "--slurm --tasks 4 --gpus-per-task 1" in line for line in out)
