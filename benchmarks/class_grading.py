@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         import contextlib
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from slurm_cluster import Cluster, missing
+        import signal  # a SIGTERM (a timeout, scancel) still stops the cluster's daemons
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         with contextlib.ExitStack() as stack:
             env = dict(os.environ)
             if "SLURM_CONF" not in env:

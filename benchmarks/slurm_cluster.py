@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,16 +60,21 @@ class Cluster:
         self.partition = partition
         self.started: list[str] = []
         self._slice: Path | None = None
+        # the Unix sockets (munged's, and slurmd's spool: slurmstepd's `<node>_<job>.<step>`)
+        # live in a short folder of their own: a socket's path holds 107 bytes, and FOLDER may
+        # be a deep temporary one (pytest's under xdist made slurmstepd fail, 109 > 108)
+        self.sockets: Path | None = None
         self.env = dict(os.environ, SLURM_CONF=str(self.dir / "slurm.conf"))
 
     def _write_conf(self) -> None:
         d = self.dir
+        self.sockets = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
         (d / "munge").mkdir(mode=0o700, parents=True, exist_ok=True)
         key = d / "munge" / "key"
         key.write_bytes(secrets.token_bytes(128))
         key.chmod(0o600)
-        for sub in ("state", "spool"):
-            (d / sub).mkdir(exist_ok=True)
+        (d / "state").mkdir(exist_ok=True)
+        (self.sockets / "spool").mkdir(exist_ok=True)
         host = socket.gethostname().split(".")[0]
         ctld_port, slurmd_port = _free_ports(2)
         gres = ""
@@ -89,9 +95,9 @@ SlurmdPort={slurmd_port}
 SlurmUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={d}/munge/socket
+AuthInfo=socket={self.sockets}/munge
 StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
+SlurmdSpoolDir={self.sockets}/spool
 SlurmctldPidFile={d}/slurmctld.pid
 SlurmdPidFile={d}/slurmd.pid
 SlurmctldLogFile={d}/slurmctld.log
@@ -116,7 +122,7 @@ PartitionName={self.partition} Nodes={host} Default=YES MaxTime=INFINITE State=U
         self._write_conf()
         d, env = self.dir, self.env
         try:
-            p = _run(["munged", "--force", f"--socket={d}/munge/socket",
+            p = _run(["munged", "--force", f"--socket={self.sockets}/munge",
                       f"--key-file={d}/munge/key", f"--pid-file={d}/munge/pid",
                       f"--log-file={d}/munge/log", f"--seed-file={d}/munge/seed"], env)
             if p.returncode != 0:
@@ -151,9 +157,12 @@ PartitionName={self.partition} Nodes={host} Default=YES MaxTime=INFINITE State=U
         for name in ("slurmd", "slurmctld"):
             _kill_pidfile(self.dir / f"{name}.pid")
         if "munged" in self.started:
-            _run(["munged", "--stop", f"--socket={self.dir}/munge/socket"], self.env)
+            _run(["munged", "--stop", f"--socket={self.sockets}/munge"], self.env)
             _kill_pidfile(self.dir / "munge" / "pid")
         self.started.clear()
+        if self.sockets:
+            shutil.rmtree(self.sockets, ignore_errors=True)
+            self.sockets = None
         if self._slice:  # the slice made for slurmd, once its scopes are empty (deepest first)
             for sub in sorted(self._slice.rglob("*"), key=lambda p: -len(p.parts)):
                 if sub.is_dir():
