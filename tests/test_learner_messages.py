@@ -137,6 +137,13 @@ def checks(result, prefix: str) -> list:
     return [c for c in result.checks if c.outcome == "failed" and c.name.startswith(prefix)]
 
 
+def grade_checks(configure, tree, ex, *names: str, track: str = "triton"):
+    """Grade only the checks `names` of one track: (the result, the failed checks of each)."""
+    configure(select=" or ".join(names))
+    result = grade_track(tree, ex, ex.tracks[track])
+    return result, [checks(result, name) for name in names]
+
+
 def line_of(tree, exercise: str, track: str, file: str, text: str) -> int:
     lines = (tree / exercise / track / file).read_text().splitlines()
     return next(i + 1 for i, line in enumerate(lines) if text in line)
@@ -156,8 +163,8 @@ def test_unmasked_load_points_at_its_line_once(variant, configure):
     load = "x = tl.load(x_ptr + offsets)"
     tree = variant("01_vector_add", "triton", {"vector_add.py": [
         ("x = tl.load(x_ptr + offsets, mask=mask)", load)]})
-    configure(select="test_matches_reference or test_new_contents_same_shapes")
-    result = grade_track(tree, EX01, EX01.tracks["triton"])
+    result, _ = grade_checks(configure, tree, EX01, "test_matches_reference",
+                             "test_new_contents_same_shapes")
     line = line_of(tree, "01_vector_add", "triton", "vector_add.py", load)
     bad = checks(result, "test_")
     assert {c.name.partition("[")[0] for c in bad} == {"test_matches_reference",
@@ -183,9 +190,7 @@ def test_out_of_bounds_under_a_mask_blames_the_offsets(variant, configure):
         ('for name, t in (("x", x), ("y", y)):', 'for name, t in (("y", y),):'),
         ("add_kernel[grid](x, y, out, n, BLOCK=BLOCK,",
          "add_kernel[grid](x, y, out, n, x.stride(0), BLOCK=BLOCK,")]})
-    configure(select="test_strided_input_handled_or_refused")
-    result = grade_track(tree, EX01, EX01.tracks["triton"])
-    bad = checks(result, "test_strided_input_handled_or_refused")
+    _, (bad,) = grade_checks(configure, tree, EX01, "test_strided_input_handled_or_refused")
     assert bad, "reading y with x's stride passed"
     line = line_of(tree, "01_vector_add", "triton", "vector_add.py", load_y)
     for c in bad:
@@ -202,10 +207,9 @@ def test_grid_rounded_down_is_not_blamed_on_a_view_or_a_cache(variant, configure
     result), with the grid's fix, and without their own hints."""
     tree = variant("01_vector_add", "triton", {"vector_add.py": [
         ("grid = (triton.cdiv(n, BLOCK),)", "grid = (n // BLOCK,)")]})
-    configure(select="test_strided_input_handled_or_refused or test_new_contents_same_shapes")
-    result = grade_track(tree, EX01, EX01.tracks["triton"])
-    views, twice = (checks(result, "test_strided_input_handled_or_refused"),
-                    checks(result, "test_new_contents_same_shapes"))
+    result, (views, twice) = grade_checks(configure, tree, EX01,
+                                          "test_strided_input_handled_or_refused",
+                                          "test_new_contents_same_shapes")
     assert views and twice, result.checks
     for c in views:
         assert c.message.startswith("wrong with every input dense too, so not because of "), \
@@ -225,10 +229,8 @@ def test_backward_from_x_gets_no_forward_advice(variant, configure):
     advice, or blaming the view (a dense x is wrong too)."""
     tree = variant("05_softmax", "triton", {"softmax.py": [
         ("ctx.save_for_backward(y)", "ctx.save_for_backward(x)")]})
-    configure(select="test_large_magnitudes or test_strided_x_handled_or_refused")
-    result = grade_track(tree, EX05, EX05.tracks["triton"])
-    large, views = (checks(result, "test_large_magnitudes"),
-                    checks(result, "test_strided_x_handled_or_refused"))
+    result, (large, views) = grade_checks(configure, tree, EX05, "test_large_magnitudes",
+                                          "test_strided_x_handled_or_refused")
     assert large and views, result.checks
     for c in large + views:
         assert "y is right but dx is not" in c.message, c.message
@@ -245,8 +247,7 @@ def test_masked_lanes_read_as_zero_are_not_blamed_on_the_shift(variant, configur
     tree = variant("05_softmax", "triton", {"softmax.py": [
         ('x = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(acc_ty)',
          "x = tl.load(x_row + cols, mask=mask, other=0.0).to(acc_ty)")]})
-    configure(select="test_shift_invariance")
-    bad = checks(grade_track(tree, EX05, EX05.tracks["triton"]), "test_shift_invariance")
+    _, (bad,) = grade_checks(configure, tree, EX05, "test_shift_invariance")
     assert bad, "masked lanes read as 0 passed"
     for c in bad:
         assert c.message.startswith("softmax(x) is wrong already, before any shift"), c.message
@@ -265,8 +266,8 @@ def test_autograd_function_without_backward_says_start_the_backward(variant, con
             return None
         return softmax_bwd(y, dy)
 """, "")]})
-    configure(select="test_forward_matches_reference or test_large_magnitudes")
-    result = grade_track(tree, EX05, EX05.tracks["triton"])
+    result, _ = grade_checks(configure, tree, EX05, "test_forward_matches_reference",
+                             "test_large_magnitudes")
     assert any(n.startswith("test_forward_matches_reference") for n in passed(result)), \
         result.checks
     bad = checks(result, "test_")
@@ -284,9 +285,7 @@ def test_math_on_float16_names_the_kernel_line_and_the_cast(variant, configure):
     bad_line = "scale = tl.where(seen, tl.exp((m_j - m_new).to(tl.float16)), 0.0)"
     tree = variant("05_softmax", "triton", {"softmax.py": [
         ("scale = tl.where(seen, tl.exp(m_j - m_new), 0.0)", bad_line)]})
-    configure(select="test_rows_longer_than_a_block")
-    result = grade_track(tree, EX05, EX05.tracks["triton"])
-    bad = checks(result, "test_rows_longer_than_a_block")
+    _, (bad,) = grade_checks(configure, tree, EX05, "test_rows_longer_than_a_block")
     assert bad, "tl.exp of float16 passed"
     line = line_of(tree, "05_softmax", "triton", "softmax.py", bad_line)
     for c in bad:
