@@ -106,20 +106,17 @@ def slurm_command(folder: Path, out: Path, exercise: str, tasks: int, gpus: int 
 
 
 def grade_through_slurm(env: dict, folder: Path, out: Path, exercise: str, tasks: int,
-                        log: Path) -> int:
-    """Submit the array, wait for its end (squeue), merge (--collect); the exit code."""
+                        gpus: int, log: Path) -> int:
+    """Submit the array (tasks of `gpus` GPUs each), wait for its end, merge (--collect); the
+    exit code."""
+    from slurm_cluster import wait
     with open(log, "w") as f:
-        import torch  # a machine without a GPU: CPU checks, tasks asking for none
-        gpus = 1 if torch.cuda.is_available() else 0
         p = subprocess.run(slurm_command(folder, out, exercise, tasks, gpus), cwd=ROOT, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         f.write(p.stdout)
         if p.returncode != 0 or "submitted job array " not in p.stdout:
             return p.returncode or 1
-        jobid = p.stdout.split("submitted job array ")[1].split(":")[0]
-        while subprocess.run(["squeue", "-h", "-j", jobid], env=env, capture_output=True,
-                             text=True).stdout.strip():
-            time.sleep(1)
+        wait(env, p.stdout.split("submitted job array ")[1].split(":")[0])
         for task_log in sorted(out.glob(".grader/slurm/*/task-*.out")):
             f.write(f"--- {task_log.name}\n{task_log.read_text()}")
         c = subprocess.run([sys.executable, "-m", "grader", "batch", "--collect", str(out)],
@@ -195,7 +192,9 @@ def _grade_class(a, exercises, work: Path, argv, slurm_env: dict | None) -> int:
         rcs = []
         if slurm_env is not None:
             outs = [work / "out" / ex]
+            # a machine without a GPU: CPU checks, tasks asking for none
             rcs.append(grade_through_slurm(slurm_env, work / "class", outs[0], ex, a.shards,
+                                           1 if torch.cuda.is_available() else 0,
                                            work / f"slurm-{ex}.log"))
         else:
             outs = [work / "out" / ex / f"shard-{k}" for k in range(a.shards)]

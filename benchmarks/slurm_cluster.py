@@ -177,14 +177,19 @@ PartitionName={self.partition} Nodes={host} Default=YES MaxTime=INFINITE State=U
             self._slice = None
 
     def wait(self, jobid: str, timeout: float) -> bool:
-        """Until the job has left the queue (True), or timeout seconds (False)."""
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            p = _run(["squeue", "-h", "-j", jobid, "-o", "%i %T"], self.env)
-            if p.returncode == 0 and not p.stdout.strip():
-                return True
-            time.sleep(1)
-        return False
+        return wait(self.env, jobid, timeout)
+
+
+def wait(env: dict, jobid: str, timeout: float | None = None) -> bool:
+    """Until the job has left the queue of the cluster `env` names (True), or timeout seconds
+    (False; None: no limit)."""
+    deadline = None if timeout is None else time.time() + timeout
+    while deadline is None or time.time() < deadline:
+        p = _run(["squeue", "-h", "-j", jobid, "-o", "%i %T"], env)
+        if p.returncode == 0 and not p.stdout.strip():
+            return True
+        time.sleep(1)
+    return False
 
 
 def _make_system_slice() -> Path | None:
