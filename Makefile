@@ -51,7 +51,7 @@ grade: $(SETUP)
 # PROFILE=1 runs the profiler instead of the grade (one command echoed, not both)
 exercise-%: $(SETUP)
 ifneq ($(PROFILE),)
-	$(PY) -m grader.profile --exercise $* $(TREE)
+	$(PY) -m grader.tools.profile --exercise $* $(TREE)
 else
 	$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(SANITIZE),--sanitize $(SANITIZE)) $(if $(REPRO),--repro '$(REPRO)')
 endif
@@ -65,7 +65,7 @@ bench: $(SETUP)
 # Workers side by side only with Landlock: without it a grade snapshots and restores the whole
 # repository, and a tampering test's write would race the other worker's reads (tests/conftest.py)
 test: $(SETUP)
-	$(PY) -m pytest tests $$($(PY) -c "import xdist; from grader.sandbox import landlock_available as l; assert l()" 2>/dev/null && echo "-n $(TEST_JOBS)")
+	$(PY) -m pytest tests $$($(PY) -c "import xdist; from grader.submission.sandbox import landlock_available as l; assert l()" 2>/dev/null && echo "-n $(TEST_JOBS)")
 
 list: $(SETUP)
 	@$(PY) -m grader list

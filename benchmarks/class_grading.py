@@ -230,7 +230,7 @@ def _grade_class(a, exercises, work: Path, argv, slurm_env: dict | None) -> int:
     print(table)
     if a.doc:
         sys.path.insert(0, str(ROOT))
-        from grader.benchdoc import write_section
+        from grader.tools.benchdoc import write_section
         write_section("class-grading", table + "\n", device=device,
                       command="python3 benchmarks/class_grading.py " + shlex.join(argv or
                                                                                   sys.argv[1:]))

@@ -6,11 +6,11 @@ the table as committed). For each exercise, at its graded case (exercise.toml [b
 1. the copy ceiling: `dst.copy_(src)` moving as many bytes (read + written) as the exercise's
    traffic model counts for the forward, the backward and both;
 2. each candidate's outputs and gradients, compared with the committed configuration's
-   (grader.check.assert_close at the exercise's bf16 tolerances, dw/db at the tolerance of a
+   (grader.judge.check.assert_close at the exercise's bf16 tolerances, dw/db at the tolerance of a
    sum over the rows; for 10 the dropout mask must be identical): a candidate that computes
    something else is reported and not timed;
 3. its forward (when it changes a forward setting), its backward alone (the forward run once,
-   then torch.autograd.grad with retain_graph) and its forward+backward (grader.timing's
+   then torch.autograd.grad with retain_graph) and its forward+backward (grader.common.timing's
    make_step: autograd.grad with a fixed dy), each as many steps captured in one CUDA graph
    and replayed (triton.testing.do_bench_cudagraph's method; here with the capture on the
    stream that ran the forward, which autograd's backward-only replay needs). L2 is not
@@ -142,9 +142,9 @@ def select(only: str | None, custom: dict | None) -> dict:
 @functools.lru_cache(maxsize=None)  # once per process: 06 and 08 register their triton_ops
 def load(number: str):
     """(exercise, reference module, solution module, entry point) of one exercise."""
-    from grader.discover import discover
-    from grader.pyfile import import_file
-    from grader.reference import load_reference
+    from grader.common.discover import discover
+    from grader.common.pyfile import import_file
+    from grader.judge.reference import load_reference
     folder, path, entry = EXERCISES[number]
     ex = discover(only=number)[0]
     mod = import_file(ROOT / "solutions" / folder / path, f"norm_sweep_{number}")
@@ -180,8 +180,8 @@ def plan(mod, cands: dict) -> list[tuple[str, dict, set]]:
 def outputs_match(ex, got, want, *, what: str, dropout: bool) -> str | None:
     """None, or why `got` (a step's outputs: first output, then gradients) is not `want`."""
     import torch
-    from grader import check
-    from grader.testing import sum_tol
+    from grader.judge import check
+    from grader.judge.testing import sum_tol
     first = want[0]
     rows = first.numel() // first.shape[-1]
     tol = ex.tolerance[str(first.dtype).removeprefix("torch.")]
@@ -202,9 +202,9 @@ def outputs_match(ex, got, want, *, what: str, dropout: bool) -> str | None:
 def cpu_check(numbers: list[str], cands: dict) -> int:
     """Every candidate on the interpreter at SMALL shapes (float32), against "solution"."""
     import torch
-    from grader import interp
-    from grader.cases import dy_for
-    from grader.timing import make_step
+    from grader.submission import interp
+    from grader.judge.cases import dy_for
+    from grader.common.timing import make_step
     interp.install()
     bad = 0
     for number in numbers:
@@ -269,7 +269,7 @@ def replay_ms(step, *, rep_ms: float = 60.0) -> float:
 def steps(fn, args, grad_args, dy):
     """forward, backward-only and forward+backward steps of `fn` (each a zero-argument call)."""
     import torch
-    from grader.timing import make_step
+    from grader.common.timing import make_step
     fwd = make_step(fn, args, "forward", grad_args, dy)
     fb = make_step(fn, args, "forward_backward", grad_args, dy)
     held = {}
@@ -319,7 +319,7 @@ def kernel_times(step, calls: int = 5) -> list[tuple[str, float]]:
 def sweep(number: str, cands: dict, deadline: float, kernels: bool,
           baselines: bool) -> dict:
     import torch
-    from grader.cases import dy_for, make_inputs
+    from grader.judge.cases import dy_for, make_inputs
     ex, ref, mod, fn = load(number)
     b = ex.benchmark
     base = dict(mod.CONFIG)
@@ -387,8 +387,8 @@ def sweep(number: str, cands: dict, deadline: float, kernels: bool,
         result["candidates"][name] = {**entry, "us": us}
         rows.append((fb, name, cfg))
     if baselines and solution_fb:
-        from grader.baselines import baseline_fns
-        from grader.timing import make_step
+        from grader.judge.baselines import baseline_fns
+        from grader.common.timing import make_step
         for bname, bfn in baseline_fns(ex, ref).items():
             if isinstance(bfn, str):
                 log(f"| {bname} (baseline) | {bfn} |")
@@ -433,13 +433,13 @@ def cuda07_worker(variant: str) -> int:
     variant, _, build_only = variant.partition(":")
     import tempfile
     import torch
-    from grader import check
-    from grader.build import toolchain_env, track_options
-    from grader.cases import dy_for, make_inputs
-    from grader.discover import discover
-    from grader.pyfile import import_file
-    from grader.reference import load_reference
-    from grader.testing import expected_grads, sum_tol
+    from grader.judge import check
+    from grader.submission.build import toolchain_env, track_options
+    from grader.judge.cases import dy_for, make_inputs
+    from grader.common.discover import discover
+    from grader.common.pyfile import import_file
+    from grader.judge.reference import load_reference
+    from grader.judge.testing import expected_grads, sum_tol
     k, nblocks = (int(v) for v in variant.split("x"))
     ex = discover(only="07")[0]
     track, b, ref = ex.tracks["cuda"], ex.benchmark, load_reference(ex)

@@ -2,7 +2,7 @@
 
 Each grade is `python -m grader grade --impl solutions --json FILE` in a process of its own,
 one after another, exactly as `make grade` grades; the figures come from those results.json
-files (grader.benchdoc reads them and writes the section). Without a GPU there is nothing to
+files (grader.tools.benchdoc reads them and writes the section). Without a GPU there is nothing to
 time: it says so and exits 1. --dry-run prints the commands and writes nothing.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # grader.benchdoc, when run as a script
+sys.path.insert(0, str(ROOT))  # grader.tools.benchdoc, when run as a script
 
 
 def grade_command(json_path: Path, impl: str, exercise: str | None) -> list[str]:
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         print("repeatability.py needs a GPU: there is none here, so nothing is timed "
               "(run it on a GPU machine).", file=sys.stderr)
         return 1
-    from grader.benchdoc import DOC, repeatability_markdown, write_section
+    from grader.tools.benchdoc import DOC, repeatability_markdown, write_section
     out = a.keep or Path(tempfile.mkdtemp(prefix="repeatability-"))
     out.mkdir(parents=True, exist_ok=True)
     commands = [grade_command(out / f"grade-{i + 1}.json", a.impl, a.exercise)

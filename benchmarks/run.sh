@@ -42,7 +42,7 @@ section() {  # section NAME COMMAND_SHOWN LOG: the stage's table into docs/perfo
   local device
   device=$($PY -c "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else '')") || return 1
   [ -n "$device" ] || device="no GPU: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-  $PY -m grader.benchdoc section "$1" --device "$device" --command "$2" < "$3"
+  $PY -m grader.tools.benchdoc section "$1" --device "$device" --command "$2" < "$3"
 }
 
 for s in "$@"; do

@@ -3,7 +3,7 @@
 Each row is one implementation at its exercise's graded case; each cell is the median of N
 timings in one process and, in brackets, (max - min) / median across them. Events time
 `triton.testing.do_bench` around the eager step (L2 flushed); replay times the same step
-captured in a CUDA graph (grader.timing.time_step). Where the host needs as long to enqueue a
+captured in a CUDA graph (grader.common.timing.time_step). Where the host needs as long to enqueue a
 step as the GPU needs to run it, the events measure the host. Writes its table into
 docs/performance.md (section "timing-methods"); --no-doc prints only.
 """
@@ -27,12 +27,12 @@ def _spread(values: list[float]) -> str:
 
 def rows_for(number: str, times: int) -> list[str]:
     import torch
-    from grader.baselines import baseline_fns
-    from grader.cases import dy_for, fresh_seed, make_inputs
-    from grader.discover import discover
-    from grader.pyfile import import_file
-    from grader.reference import load_reference
-    from grader.timing import host_ms, make_step, time_fn, time_step
+    from grader.judge.baselines import baseline_fns
+    from grader.judge.cases import dy_for, fresh_seed, make_inputs
+    from grader.common.discover import discover
+    from grader.common.pyfile import import_file
+    from grader.judge.reference import load_reference
+    from grader.common.timing import host_ms, make_step, time_fn, time_step
     ex = discover(only=number)[0]
     b, ref = ex.benchmark, load_reference(ex)
     track = ex.tracks["triton"]
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     print(body)
     print(f"({time.perf_counter() - started:.0f} s)")
     if not a.no_doc:
-        from grader.benchdoc import write_section
+        from grader.tools.benchdoc import write_section
         write_section("timing-methods", body, device=torch.cuda.get_device_name(),
                       command="python3 benchmarks/timing_methods.py --times "
                               f"{a.times}" + (f" --exercise {a.exercise}" if a.exercise else ""))

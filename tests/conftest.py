@@ -12,7 +12,7 @@ HAS_GPU = torch.cuda.is_available()
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason without one)")
-    from grader.sandbox import landlock_available
+    from grader.submission.sandbox import landlock_available
     if getattr(config.option, "numprocesses", None) and not landlock_available():
         # without Landlock every grade snapshots the repository and restores it afterwards: the
         # gallery's tampering entries really write into it, and a grade in another worker would
@@ -61,9 +61,9 @@ def variant(tmp_path):
 
 @pytest.fixture
 def configure(monkeypatch):
-    """configure(select=..., repro=..., check_timeout=...): the grader.settings.Settings the
+    """configure(select=..., repro=..., check_timeout=...): the grader.common.settings.Settings the
     next grade_track of this test runs with, passed as the CLI passes them to every process."""
-    from grader.settings import VARIABLE, Settings
+    from grader.common.settings import VARIABLE, Settings
 
     def set_(**fields):
         monkeypatch.setenv(VARIABLE, json.dumps(dataclasses.asdict(Settings(**fields))))

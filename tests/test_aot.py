@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from conftest import HAS_GPU, ROOT
-from grader.aot import (AOT_MANIFEST, aot_dir, build_aot, read_aot_manifest)
-from grader.build_errors import BuildError
-from grader.paths import CACHE, tree_tag
-from grader.discover import discover
-from grader.grade import grade_track
+from grader.submission.aot import (AOT_MANIFEST, aot_dir, build_aot, read_aot_manifest)
+from grader.submission.build_errors import BuildError
+from grader.common.paths import CACHE, tree_tag
+from grader.common.discover import discover
+from grader.run.grade import grade_track
 
 EX06 = discover(only="06")[0]
 CUDA = EX06.tracks["cuda"]
@@ -77,10 +77,10 @@ def test_aot_library_is_built_outside_the_tree_and_passes_the_cpu_checks(built, 
 
 def test_a_library_built_for_another_torch_is_refused(built, tmp_path, keep_env):
     """The solution's library and manifest, copied for a copy of the tree, with the recorded
-    torch edited: loading it (what the submission's process does: grader.aot.load_aot) is
+    torch edited: loading it (what the submission's process does: grader.submission.aot.load_aot) is
     refused, naming both versions and the command that rebuilds it, and it is not rebuilt
     behind the learner's back. (`grade --build aot` itself rebuilds such a library first.)"""
-    from grader.aot import load_aot
+    from grader.submission.aot import load_aot
     tree = tmp_path / "shipped"
     shutil.copytree(ROOT / "solutions" / EX06.id / "cuda", tree / EX06.id / "cuda")
     src, dst = aot_dir(ROOT / "solutions", EX06, CUDA), aot_dir(tree, EX06, CUDA)
@@ -122,8 +122,8 @@ def test_a_failed_build_is_summarized_and_recorded(variant, keep_env):
 def test_grade_builds_ahead_before_the_checks(built, keep_env):
     """`grade --build aot` builds (or finds up to date) each CUDA track's library in the grader,
     before the sandboxed submission process that only loads it."""
-    from grader.grade import _build_ahead
-    from grader.progress import Progress
+    from grader.run.grade import _build_ahead
+    from grader.run.progress import Progress
     out = io.StringIO()
     _build_ahead(ROOT / "solutions", EX06, CUDA, Progress(out))
     out = out.getvalue().strip().splitlines()
@@ -132,8 +132,8 @@ def test_grade_builds_ahead_before_the_checks(built, keep_env):
 
 
 def test_unknown_build_mode_is_one_line(configure):
-    from grader.loader import _build
-    from grader.settings import current
+    from grader.submission.loader import _build
+    from grader.common.settings import current
     configure(build="wheel")
     current.cache_clear()
     with pytest.raises(BuildError, match="build mode 'wheel': use jit or aot"):

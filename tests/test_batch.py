@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from grader.batch import track_rows
-from grader.settings import Settings
+from grader.tools.batch import track_rows
+from grader.common.settings import Settings
 
 EX = "01_vector_add"
 SELECT = "matches_reference or length_one"
@@ -84,7 +84,7 @@ def test_batch_grades_a_class_and_resumes(tmp_path, variant):
 def test_zips_unpack_inside_their_folder_only(tmp_path):
     """A learner's zip is source files: a member outside the folder (../, an absolute path) is
     refused; a tree wrapped in one top folder is found inside it."""
-    from grader.batch import tree_root, unpack
+    from grader.tools.batch import tree_root, unpack
     for bad in ("../escaped.py", "/tmp/absolute.py"):
         z = tmp_path / "bad.zip"
         with zipfile.ZipFile(z, "w") as f:

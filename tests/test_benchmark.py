@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-from grader.discover import discover
-from grader.measure import escaped, figures_for
-from grader.benchdoc import bench_markdown, bench_plot
-from grader.score import performance_credit
-from grader.timing import CEILINGS, ceiling_cache_path, rate, stats
+from grader.common.discover import discover
+from grader.judge.measure import escaped, figures_for
+from grader.tools.benchdoc import bench_markdown, bench_plot
+from grader.run.score import performance_credit
+from grader.common.timing import CEILINGS, ceiling_cache_path, rate, stats
 
 
 def test_rate_counts_bytes_or_flops():
@@ -159,7 +159,7 @@ def test_bench_report_shows_every_repeat_and_the_extra_cases():
 def test_bench_keeps_the_exercises_it_did_not_measure():
     """make bench EXERCISE=04 replaces 04's rows and keeps the others, each with its own
     device and date (rows from files written before that field take the file's)."""
-    from grader.bench import merged
+    from grader.tools.bench import merged
     old = {"meta": {"device": "H200", "date": "2026-11-21"},
            "exercises": [{"exercise": "01_vector_add"}, {"exercise": "04_reduce_sum", "old": 1}]}
     new = [{"exercise": "04_reduce_sum", "measured": {"device": "H200", "date": "2026-11-24"}},
@@ -176,8 +176,8 @@ def test_validation_of_a_timed_linear_relu_allows_the_kink_only():
     H200 run was rejected). reference.matching takes the submission's side inside that band
     only: a flip anywhere else, or zeros, is still rejected."""
     import torch
-    from grader.measure import validate
-    from grader.reference import load_reference
+    from grader.judge.measure import validate
+    from grader.judge.reference import load_reference
     ex = discover(only="11")[0]
     ref = load_reference(ex)
     g = torch.Generator().manual_seed(0)

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from grader.benchdoc import graded_figures, read_sections, render, repeatability_markdown, \
+from grader.tools.benchdoc import graded_figures, read_sections, render, repeatability_markdown, \
     write_section
-from grader.paths import ROOT
+from grader.common.paths import ROOT
 
 BENCH = ROOT / "benchmarks"
 SCRIPTS = sorted(p for p in BENCH.iterdir() if p.suffix in (".py", ".sh"))
@@ -161,7 +161,7 @@ def test_repeatability_needs_a_gpu(tmp_path):
 
 def _grade(points, ms, compile_us=500.0):
     """A results.json as `python -m grader grade --json` writes it, one timed track of 06 (its
-    extra_data: grader.report.track_summary)."""
+    extra_data: grader.run.report.track_summary)."""
     figures = {mode: {"us": v, "method": "graph", "host_us": 50.0,
                       "baselines_us": {"compile": compile_us}} for mode, v in ms.items()}
     return {"tests": [{"name": "06 rmsnorm [triton] output matches", "output": ""}],
@@ -208,18 +208,18 @@ def test_performance_doc_is_generated_from_bench_json(tmp_path):
     doc = ROOT / "docs" / "performance.md"
     copy = tmp_path / "performance.md"
     copy.write_text(doc.read_text())
-    from grader.benchdoc import write_bench_section
+    from grader.tools.benchdoc import write_bench_section
     data = json.loads((ROOT / "docs" / "bench.json").read_text())
     write_bench_section(copy, data, plot="bench.png")
     assert copy.read_text() == doc.read_text(), \
         "docs/performance.md differs from what its generator writes: run make bench (or " \
-        "python -m grader.benchdoc bench docs/bench.json) instead of editing it"
+        "python -m grader.tools.benchdoc bench docs/bench.json) instead of editing it"
 
 
 def test_bench_rows_without_a_commit_are_flagged_as_the_old_method(tmp_path):
     """make bench EXERCISE=04 keeps the other rows: a row from before the commit was recorded
     stays flagged until it is measured again."""
-    from grader.benchdoc import write_bench_section
+    from grader.tools.benchdoc import write_bench_section
     new = {"device": "GPU", "torch": "t", "triton": "t", "date": "2030-01-02 00:00 UTC",
            "commit": "abc1234", "command": "python -m grader bench --exercise 04"}
     old = {"device": "GPU", "torch": "t", "triton": "t", "date": "2030-01-01 00:00 UTC"}

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.build_errors import explain_load_error, summarize_compiler_output
-from grader.discover import discover
-from grader.paths import ROOT, build_dir, tree_tag
+from grader.submission.build_errors import explain_load_error, summarize_compiler_output
+from grader.common.discover import discover
+from grader.common.paths import ROOT, build_dir, tree_tag
 
 NVCC_OUTPUT = """Error building extension 'scale_ext':
 [1/2] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile ... -c {tree}/02_scale/cuda/scale.cu -o scale.cuda.o
@@ -82,7 +82,7 @@ def test_trees_build_apart():
 _PCH_PROBE = r'''
 import subprocess, sys
 sys.path.insert(0, sys.argv[1])
-from grader import build
+from grader.submission import build
 includes = build.toolchain_env()
 plan = build._pch_plan(includes)
 if plan is None:
@@ -103,7 +103,7 @@ def test_the_bindings_precompiled_header_is_made_and_read_by_gcc(tmp_path):
     PCH made with other flags would be refused and every build would parse the headers again."""
     import subprocess
     import sys
-    made = subprocess.run([sys.executable, "-m", "grader.build", "--pch"], cwd=ROOT,
+    made = subprocess.run([sys.executable, "-m", "grader.submission.build", "--pch"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert made.returncode == 0, made.stderr[-2000:]
     src = tmp_path / "binding.cpp"
@@ -125,7 +125,7 @@ def test_a_build_waits_for_the_precompiled_header_being_made(tmp_path, monkeypat
     its kernels meanwhile, waits and then uses it; with no lock held and no PCH it goes on
     without one at once."""
     import os
-    from grader import build
+    from grader.submission import build
     monkeypatch.setattr(build, "PCH_DIR", tmp_path / "pch")
     monkeypatch.setattr(build, "PCH_LOCK", tmp_path / "pch" / "building.lock")
     saved = dict(os.environ)
@@ -171,8 +171,8 @@ def test_a_known_pch_starts_no_child(tmp_path, monkeypatch):
     torch, ~2 s of CPU, only to find the PCH made); another toolchain, or the PCH gone, does."""
     import subprocess
     import sys
-    from grader import build
-    from grader.discover import discover
+    from grader.submission import build
+    from grader.common.discover import discover
     monkeypatch.setattr(build, "PCH_DIR", tmp_path / "pch")
     monkeypatch.setattr(build, "PCH_LOCK", tmp_path / "pch" / "building.lock")
     started = []

@@ -1,12 +1,12 @@
 """A submission's Python is run from its source, never from bytecode shipped beside it, while
-the installed packages (torch) keep reading their own bytecode (grader.pyfile)."""
+the installed packages (torch) keep reading their own bytecode (grader.common.pyfile)."""
 import os
 import py_compile
 import subprocess
 import sys
 import textwrap
 
-from grader.paths import ROOT
+from grader.common.paths import ROOT
 
 
 def _shipped_pyc(folder, name, source, runs):
@@ -31,7 +31,7 @@ def test_shipped_bytecode_is_never_run_instead_of_the_source(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from grader.pyfile import import_file, source_only_under
+        from grader.common.pyfile import import_file, source_only_under
         source_only_under(Path({str(tmp_path / 'tree')!r}))
         import json  # not under the tree: its own bytecode, as in any process
         assert json.__spec__.loader.__class__.__name__ == "SourceFileLoader"

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from grader import check
-from grader.check import Mismatch, assert_close, call_checked, expect_refusal
+from grader.judge import check
+from grader.judge.check import Mismatch, assert_close, call_checked, expect_refusal
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 

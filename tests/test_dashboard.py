@@ -1,5 +1,5 @@
 """The class dashboard (OUT/index.html) as a browser shows it: a class of 20 made of results.json
-files written by the grader's own code (grader.gradescope over TrackResults), collected by
+files written by the grader's own code (grader.run.gradescope over TrackResults), collected by
 `python -m grader batch --collect`, rendered in headless Chromium (installed with apt-get when
 missing), its table read back from the DOM, and a screenshot taken.
 
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from grader.discover import discover
-from grader.gradescope import gradescope, write_json
-from grader.results import Check, TrackResult
-from grader.score import score
+from grader.common.discover import discover
+from grader.run.gradescope import gradescope, write_json
+from grader.run.results import Check, TrackResult
+from grader.run.score import score
 
 NAMES = ["ada", "bao", "chen", "dara", "eli", "fatima", "goran", "hana", "ivan", "jun", "kofi",
          "lena", "mateo", "nia", "omar", "priya", "quinn", "rosa", "sami", "tomas"]
@@ -51,7 +51,7 @@ def _track(ex, track, rng, flag=None):
                       own_work if n.startswith("your") else "max abs error 0.5 at [3]")
                 for n, o in zip(names, outcomes)]
     if flag == "tampering":
-        r.tampering = ["grader/check.py (changed)"]
+        r.tampering = ["grader/judge/check.py (changed)"]
     if flag == "needs_review":
         r.review = [f"{track}/kernel.py:12: sets an attribute of torch.library"]
     if r.all_correct and ex.benchmark is not None:
@@ -70,7 +70,7 @@ def _track(ex, track, rng, flag=None):
 
 
 def make_class(out: Path) -> None:
-    """20 graded submissions of exercises 01 and 06 (grader.gradescope's results.json)."""
+    """20 graded submissions of exercises 01 and 06 (grader.run.gradescope's results.json)."""
     rng = random.Random(20261126)
     exs = [discover(only="01")[0], discover(only="06")[0]]
     for name in NAMES:

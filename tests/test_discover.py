@@ -1,7 +1,7 @@
 """Discover: every real spec loads; a bad spec is one clear error naming the file and field."""
 import pytest
 
-from grader.discover import SpecError, discover, load_exercise
+from grader.common.discover import SpecError, discover, load_exercise
 
 GOOD = """
 title = "t"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.paths import ROOT
+from grader.common.paths import ROOT
 
 SKIP = {".git", ".venv", ".cache", ".hypothesis", "__pycache__", ".whl", ".gpu", "node_modules"}
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s#]+)(?:#[^)]*)?\)")
@@ -78,7 +78,7 @@ def test_learners_are_not_sent_outside_the_repository():
 def test_check_hints_cite_sections_that_exist():
     """exercise.toml [hints] end with '(README: Section)': that section is a heading of the
     exercise's README, so a hint never sends a learner to a section that is gone."""
-    from grader.discover import discover
+    from grader.common.discover import discover
     missing = []
     for ex in discover():
         headings = {m.strip() for m in re.findall(r"^#+ (.+)$", (ex.dir / "README.md").read_text(),
@@ -136,7 +136,7 @@ def test_readmes_cite_the_performance_document():
 
 
 def test_performance_document_says_device_date_and_commit():
-    """docs/performance.md is generated (grader/benchdoc.py): its header is a table of every
+    """docs/performance.md is generated (grader/tools/benchdoc.py): its header is a table of every
     section with the device, date, commit and command that measured it."""
     text = (ROOT / "docs" / "performance.md").read_text()
     head = text.split("\n## ", 1)[0]

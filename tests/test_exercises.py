@@ -5,10 +5,10 @@ GPU machine none may be left unrun.
 """
 import pytest
 
-from grader.discover import discover
-from grader.grade import grade_track
-from grader.paths import ROOT
-from grader.score import score
+from grader.common.discover import discover
+from grader.run.grade import grade_track
+from grader.common.paths import ROOT
+from grader.run.score import score
 
 from conftest import HAS_GPU
 

@@ -3,7 +3,7 @@ hypothesis' report cut to the drawn values."""
 import io
 import json
 
-from grader.progress import Progress
+from grader.run.progress import Progress
 
 
 class Terminal(io.StringIO):
@@ -54,7 +54,7 @@ def test_terminal_display_is_drawn_in_place_and_cleared(tmp_path):
 def test_hypothesis_report_keeps_the_drawn_values_only():
     """A failing property check shows what was drawn, not the fixtures (some print as pages)."""
     from types import SimpleNamespace
-    from grader.plugin import _hypothesis
+    from grader.judge.plugin import _hypothesis
     note = ("Failing test case: test_backward_matches_reference(\n"
             "    impl=Impl(solutions/05_softmax/triton),\n"
             "    exercise=Exercise(\n"
@@ -95,10 +95,10 @@ def test_checks_failing_with_the_same_words_are_said_once():
     """A forward-only 05 fails 22 checks with one message ("start the backward: ..."): it is
     printed once, with the first check's example, and the others named under it by check,
     their cases counted; a different message still gets its own FAIL."""
-    from grader.discover import discover
-    from grader.report import feedback
-    from grader.results import Check, TrackResult
-    from grader.score import score
+    from grader.common.discover import discover
+    from grader.run.report import feedback
+    from grader.run.results import Check, TrackResult
+    from grader.run.score import score
     ex = discover(only="05")[0]
     same = "start the backward: softmax_bwd: not implemented yet"
     checks = [Check("test_forward[cpu]", "correctness", "passed"),

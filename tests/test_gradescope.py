@@ -20,13 +20,13 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from grader.settings import Settings
+from grader.common.settings import Settings
 
 from conftest import HAS_GPU, ROOT
-from grader.discover import discover
-from grader.gradescope import gradescope, junit, property_checks, visibility_arg
-from grader.results import Check, TrackResult
-from grader.score import score
+from grader.common.discover import discover
+from grader.run.gradescope import gradescope, junit, property_checks, visibility_arg
+from grader.run.results import Check, TrackResult
+from grader.run.score import score
 
 TOP = {"score": (int, float), "execution_time": (int, float), "output": str,
        "output_format": str, "test_output_format": str, "test_name_format": str,
@@ -155,7 +155,7 @@ def test_checks_not_run_after_a_crash_say_so(ex01):
 
 def test_tampering_zeroes_every_test_of_the_track(ex01):
     r = _result(ex01, dict.fromkeys(CHECKS, "passed"), performance=_measured(),
-                tampering=["grader/check.py (changed)"])
+                tampering=["grader/judge/check.py (changed)"])
     res, xml = _both(ex01, r)
     assert res["score"] == 0 and res["leaderboard"] == []
     assert all(t["score"] == 0 and t["status"] == "failed" for t in res["tests"]), res["tests"]
@@ -163,7 +163,7 @@ def test_tampering_zeroes_every_test_of_the_track(ex01):
                for t in res["tests"])
     assert all(c.find("failure") is not None for c in xml.iter("testcase"))
     assert {c.find("failure").get("type") for c in xml.iter("testcase")} == {"tampering"}
-    assert res["extra_data"]["tracks"][0]["error"].startswith("tampering: grader/check.py")
+    assert res["extra_data"]["tracks"][0]["error"].startswith("tampering: grader/judge/check.py")
 
 
 def test_needs_review_is_a_flag_in_both_files(ex01):

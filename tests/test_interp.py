@@ -1,4 +1,4 @@
-"""grader/interp.py: bf16 on Triton's CPU interpreter computes on values, as on the GPU.
+"""grader/submission/interp.py: bf16 on Triton's CPU interpreter computes on values, as on the GPU.
 
 The kernels below run once, in a child process started with TRITON_INTERPRET=1 (it has to be
 set before Triton is imported, and this process may have imported Triton already): the child
@@ -414,7 +414,7 @@ def seed_softmax():
 def child(out_path: str) -> None:
     from triton.runtime.interpreter import InterpreterBuilder
 
-    import grader.interp
+    import grader.submission.interp
     results = {}
     # the interpreter alone first: how a plain bf16 add comes out without the shim
     for name, fn in (("unpatched_add", seed_add), ("unpatched_softmax", seed_softmax)):
@@ -422,9 +422,9 @@ def child(out_path: str) -> None:
             results[name] = fn()
         except Exception as e:  # noqa: BLE001 - recorded, judged in the parent
             results[name] = f"{type(e).__name__}: {e}"
-    first = grader.interp.install()
+    first = grader.submission.interp.install()
     wrapped = InterpreterBuilder.binary_op
-    results["install"] = dict(first=first, second=grader.interp.install(),
+    results["install"] = dict(first=first, second=grader.submission.interp.install(),
                               same=InterpreterBuilder.binary_op is wrapped)
     for name, fn in CASES.items():
         try:
@@ -484,7 +484,7 @@ def assert_within_ulp(out, ref, what=""):
 
 
 def test_install_is_idempotent_and_only_for_the_interpreter(got):
-    from grader.interp import install
+    from grader.submission.interp import install
     r = got("install")
     assert r == dict(first=True, second=True, same=True), r
     before = os.environ.pop("TRITON_INTERPRET", None)
@@ -501,7 +501,7 @@ def test_interpreter_alone_gets_bf16_wrong(got):
     add_right = torch.equal(bits(add["out"]), bits(rounded(add["x"].float() + add["y"].float())))
     bwd_finite = bool(torch.isfinite(softmax["dx"].float()).all())
     if add_right and bwd_finite:
-        pytest.skip("Triton's interpreter now gets bf16 right by itself: grader/interp.py may go")
+        pytest.skip("Triton's interpreter now gets bf16 right by itself: grader/submission/interp.py may go")
     assert not add_right and not bwd_finite  # the adds of bits, and y * dy summed as bits
 
 
@@ -684,7 +684,7 @@ def test_seed_style_softmax(got):
 def test_seed_style_01_passes_the_grader(variant, tmp_path):
     """The grader itself, on this machine: exercise 01's solution with its casts removed
     (`tl.store(out_ptr + offsets, x + y)`) passes the value checks, bf16 included. Through the
-    judge and the submission's process (grader.submission calls grader.interp.install()). CI=1: the
+    judge and the submission's process (grader.submission calls grader.submission.interp.install()). CI=1: the
     same derandomized examples every run, bf16 among them (without the shim this check fails
     with 1e38s where 2.2 is expected)."""
     if torch.cuda.is_available():
@@ -697,7 +697,7 @@ def test_seed_style_01_passes_the_grader(variant, tmp_path):
     env = {**os.environ, "CI": "1", "PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "grader.plugin",
+        [sys.executable, "-m", "pytest", "-p", "grader.judge.plugin",
          str(ROOT / "exercises" / "01_vector_add"),
          "--tree", str(tree), "--events", str(events), "-k", "test_matches_reference", "-q",
          "-p", "no:cacheprovider", "--rootdir", str(ROOT)],
@@ -714,7 +714,7 @@ import os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, sys.argv[1])
 import torch, triton, triton.language as tl
-from grader.interp import install, OutOfBounds
+from grader.submission.interp import install, OutOfBounds
 install()
 
 @triton.jit
@@ -857,7 +857,7 @@ def test_a_triton_ops_fake_is_tested_on_the_interpreter(bounds):
     """opcheck's fake-tensor test of a triton_op runs on the interpreter: its launches on
     FakeTensors do nothing, as on the GPU. AOT dispatch is another matter: it traces the launch
     itself (from FunctionalTensors), which the interpreter cannot record, so the launch is not
-    skipped there and the test fails as it did (it needs a GPU: grader.testing.opcheck_samples
+    skipped there and the test fails as it did (it needs a GPU: grader.judge.testing.opcheck_samples
     does not ask for it on the interpreter); never a traced graph without its kernel."""
     assert bounds["fake"] == "OK", bounds["fake"]
     assert bounds["traced"].startswith("ERR") and "data pointer" in bounds["traced"], \
@@ -874,7 +874,7 @@ def test_missing_mask_in_01_is_reported_with_the_fix(variant, tmp_path):
     env = {**os.environ, "CI": "1", "PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "grader.plugin",
+        [sys.executable, "-m", "pytest", "-p", "grader.judge.plugin",
          str(ROOT / "exercises" / "01_vector_add"),
          "--tree", str(tree), "--events", str(events), "-k", "test_matches_reference", "-q",
          "-p", "no:cacheprovider", "--rootdir", str(ROOT)],

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.discover import discover
-from grader.grade import grade_track
-from grader.paths import ROOT
+from grader.common.discover import discover
+from grader.run.grade import grade_track
+from grader.common.paths import ROOT
 
 from conftest import HAS_GPU
 
@@ -243,7 +243,7 @@ def test_bench_kills_a_hung_judge(variant, tmp_path):
     report is still written."""
     import json
     import time
-    from grader.bench import bench_command
+    from grader.tools.bench import bench_command
     tree = variant("01_vector_add", "triton", {"vector_add.py": [
         ("import torch\n", "import time\ntime.sleep(600)\nimport torch\n")]})
     start = time.monotonic()
@@ -264,11 +264,11 @@ def test_timing_phase_runs_in_its_own_judge():
 
 
 def test_a_submission_process_started_before_torch_is_adopted_only_for_its_own_track():
-    """The judge starts the submission's process before importing torch (grader.launch): the
+    """The judge starts the submission's process before importing torch (grader.run.launch): the
     session adopts it when it was started for the same tree, exercise and track, and otherwise
     ends it and starts the right one (a process for another track must never serve checks)."""
-    from grader.launch import start_submission
-    from grader.proxy import Session
+    from grader.run.launch import start_submission
+    from grader.judge.proxy import Session
     track = EX01.tracks["triton"]
     tree = ROOT / "solutions"
     early = start_submission(tree, EX01.id, track.name)

@@ -1,11 +1,11 @@
 """What a learner reads for the usual mistakes: each message is triggered by a submission (a
-solution with a small text edit, conftest.variant) graded through grader.grade.grade_track, and
+solution with a small text edit, conftest.variant) graded through grader.run.grade.grade_track, and
 its text checked. On a CPU the Triton tracks run on the interpreter."""
 import pytest
 import torch
 
-from grader.discover import discover
-from grader.grade import grade_track
+from grader.common.discover import discover
+from grader.run.grade import grade_track
 
 EX01 = discover(only="01")[0]
 EX05 = discover(only="05")[0]
@@ -25,7 +25,7 @@ def passed(result) -> set:
     return {c.name for c in result.checks if c.outcome == "passed"}
 
 
-# --- gradcheck (grader.testing.gradcheck_checked) ----------------------------------------------
+# --- gradcheck (grader.judge.testing.gradcheck_checked) ----------------------------------------------
 
 def test_gradcheck_names_a_forward_that_ignores_float64(variant, configure):
     """The forward computes in float32 for float64 inputs: gradcheck's finite differences are then
@@ -62,8 +62,8 @@ def test_a_fast_mode_gradcheck_failure_does_not_recompute_the_jacobians():
     """gradcheck's fast mode recomputed both full Jacobians to word a failure (2 forwards per
     input element: 60 s of 05's (2, 600) case on the interpreter). The verdict stays
     gradcheck's; the message is the located one, made from ~2 * 64 forwards."""
-    from grader.check import Mismatch
-    from grader.testing import gradcheck_checked
+    from grader.judge.check import Mismatch
+    from grader.judge.testing import gradcheck_checked
     calls = []
 
     class Twice(torch.autograd.Function):

@@ -1,4 +1,4 @@
-"""`make exercise-NN PROFILE=1` (grader.profile): ncu's raw CSV read into the per-kernel lines a
+"""`make exercise-NN PROFILE=1` (grader.tools.profile): ncu's raw CSV read into the per-kernel lines a
 learner gets, the one-line readings, and the message where ncu is not installed. The ncu run
 itself needs a GPU (tests marked gpu)."""
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from grader.profile import find_ncu, parse_csv, read_kernel, reading, report
+from grader.tools.profile import find_ncu, parse_csv, read_kernel, reading, report
 
 COLUMNS = ["ID", "Kernel Name", "gpu__time_duration.sum",
            "dram__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -52,6 +52,6 @@ def test_a_streaming_kernel_and_a_register_limited_one():
 
 @pytest.mark.skipif(find_ncu() is not None, reason="ncu is installed here")
 def test_without_ncu_it_says_so():
-    p = subprocess.run([sys.executable, "-m", "grader.profile", "--exercise", "01", "--impl",
+    p = subprocess.run([sys.executable, "-m", "grader.tools.profile", "--exercise", "01", "--impl",
                         "solutions"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "ncu is not installed here" in p.stdout, p.stdout + p.stderr

@@ -3,9 +3,9 @@ on a GPU, keyed by GPU, torch, exercise, case, mode and reference.py; without QU
 always measured."""
 import torch
 
-from grader import baselines
-from grader.discover import discover
-from grader.settings import Settings
+from grader.judge import baselines
+from grader.common.discover import discover
+from grader.common.settings import Settings
 
 EX = discover(only="01")[0]
 

@@ -1,4 +1,4 @@
-"""grader.review: the judge's reading of a submission's sources. Honest code (every solution and
+"""grader.judge.review: the judge's reading of a submission's sources. Honest code (every solution and
 starter, and two public-style kernels) is never flagged; each rule, the attacks of issue 26 and
 their disguised forms are, at the right file and line."""
 import os
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.discover import discover
-from grader.paths import ROOT
-from grader.review import Finding, review_track
+from grader.common.discover import discover
+from grader.common.paths import ROOT
+from grader.judge.review import Finding, review_track
 
 TRACKS = [(tree, ex, track) for tree in ("solutions", "starter") for ex in discover()
           for track in ex.tracks.values() if (ROOT / tree / ex.id / track.name).is_dir()]

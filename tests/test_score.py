@@ -1,9 +1,9 @@
 """Points: proportional checks, threshold-to-credit mapping."""
 import pytest
 
-from grader.discover import Threshold, discover
-from grader.results import Check, TrackResult
-from grader.score import credit, score, threshold_value
+from grader.common.discover import Threshold, discover
+from grader.run.results import Check, TrackResult
+from grader.run.score import credit, score, threshold_value
 
 
 @pytest.mark.parametrize("value, expected", [

@@ -7,7 +7,7 @@ from multiprocessing.connection import Connection
 import pytest
 import torch
 
-from grader import seam
+from grader.common import seam
 
 
 def pair():
@@ -49,7 +49,7 @@ def test_a_tracks_own_library_style_kernels_are_recognized_mangled_or_not():
     """CUTLASS kernels reach the profiler with their mangled names; a track that declares them
     its own (own_kernels) is not accused of delegation, one that does not is."""
     from types import SimpleNamespace
-    from grader.trust import delegation
+    from grader.common.trust import delegation
     ex = SimpleNamespace(allow=())
     mangled = "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cuteE"
     observed = {"ops": [], "kernels": [[mangled, 7, False, True]], "stream": 7, "gpu": True,
@@ -66,7 +66,7 @@ def test_no_gpu_trace_under_the_sanitizer_is_not_an_accusation():
     learner who launched nothing (seen on an H200, 2026-11-22: every check of a correct 04 failed
     with "launched no kernel of its own"); anywhere else the rule stands. PyTorch ops stay judged."""
     from types import SimpleNamespace
-    from grader.trust import delegation
+    from grader.common.trust import delegation
     ex = SimpleNamespace(allow=())
     track = SimpleNamespace(allow=(), own_kernels=(), sources=("k.cu",))
     blind = {"ops": [], "kernels": [], "stream": None, "gpu": True, "work": True}
@@ -79,7 +79,7 @@ def test_no_gpu_trace_under_the_sanitizer_is_not_an_accusation():
 def test_transfer_copy_keeps_the_bytes_around_a_view():
     """A view into a bigger buffer reaches the runner with the buffer's bytes around it: a
     kernel that reads past the view's last row reads what it would read in the judge."""
-    from grader.seam import transfer_copy
+    from grader.common.seam import transfer_copy
     big = torch.full((4, 10), 1000.0)
     big[:, :3] = torch.arange(12.0).view(4, 3)
     view = big[:, :3]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.settings import Settings
+from grader.common.settings import Settings
 
 from conftest import ROOT
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from grader.discover import discover
-from grader.grade import grade_track
-from grader.paths import ROOT
-from grader.score import score
+from grader.common.discover import discover
+from grader.run.grade import grade_track
+from grader.common.paths import ROOT
+from grader.run.score import score
 
 EX = {e.number: e for e in discover()}
 ADD_DEF = "def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
@@ -136,11 +136,11 @@ def test_replacing_what_the_evidence_rests_on_is_tampering(variant, fast):
     reported as tampering (the track scores 0), and the source flagged for review."""
     r, s = grade(v01(variant, ("import torch\n", "import torch\nimport torch.library\n"
         "torch.library.opcheck = lambda *a, **k: None\n"
-        "import grader.evidence as _e\n"
+        "import grader.submission.evidence as _e\n"
         "_e.analyse = lambda events, allowed: {'ops': [], 'kernels': [], 'stream': None}\n"),
         (ADD_DEF, ADD_DEF + "    return x + y\n")))
     assert any("replaced torch.library.opcheck" in t for t in r.tampering), r.tampering
-    assert any("replaced grader.evidence.analyse" in t for t in r.tampering), r.tampering
+    assert any("replaced grader.submission.evidence.analyse" in t for t in r.tampering), r.tampering
     assert s.total == 0
     assert any("torch.library.opcheck = ..." in f for f in r.review), r.review
     assert any("grader" in f for f in r.review), r.review
@@ -167,7 +167,7 @@ def test_pytorch_on_a_second_thread_is_seen(variant, fast):
 
 
 def test_a_result_cached_by_pointer_is_caught_on_the_cpu(variant, fast, configure):
-    """Two calls on the same buffers, new values written in between (grader.proxy._Entry.twice):
+    """Two calls on the same buffers, new values written in between (grader.judge.proxy._Entry.twice):
     a result kept by the inputs' pointers is the first call's answer, wrong for the second."""
     configure(select="new_contents")
     r, s = grade(v01(variant, (ADD_DEF, "_cache = {}\n\n\n" + ADD_DEF +
@@ -194,7 +194,7 @@ def test_an_undeclared_mutation_fails_on_the_cpu(variant, configure):
 def _signal_fence(mode):
     """Skip where this machine cannot put up the fence `mode` asks for (auto: Landlock's scope,
     ABI 6+; seccomp: the fallback, libseccomp); the state line the sandbox then reports says."""
-    from grader.sandbox import landlock_abi
+    from grader.submission.sandbox import landlock_abi
     if mode == "auto" and landlock_abi() < 6:
         pytest.skip(f"Landlock ABI {landlock_abi()} has no signal scope (Linux 6.12+)")
     if mode == "seccomp":
@@ -221,7 +221,7 @@ def test_a_submission_cannot_signal_outside_its_sandbox(tmp_path, mode):
             "import os, signal, sys, threading\n"
             f"sys.path.insert(0, {str(ROOT)!r})\n"
             "from pathlib import Path\n"
-            "from grader.sandbox import close_filesystem\n"
+            "from grader.submission.sandbox import close_filesystem\n"
             f"print(close_filesystem([Path({str(tmp_path)!r})], signals={mode!r}))\n"
             "got = []\n"
             "signal.signal(signal.SIGUSR1, lambda *a: got.append(threading.get_ident()))\n"
@@ -294,7 +294,7 @@ def test_public_kernels_are_not_accused(tree, configure):
 
 
 def test_monkeypatching_the_checker_changes_nothing(variant, fast):
-    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport grader.check as _c\n"
+    r, s = grade(v01(variant, ("import torch\n", "import torch\nimport grader.judge.check as _c\n"
         "_c.assert_close = lambda *a, **k: None\n_c.call_checked = lambda f, *a, **k: f(*a)\n"),
         (KERNEL_ADD, KERNEL_ADD.replace("+", "-"))))
     assert "elements differ" in failed(r)["test_matches_reference"]
@@ -357,7 +357,7 @@ def _tamper(target: str) -> str:
 
 
 @pytest.mark.parametrize("target", ["exercises/01_vector_add/test_vector_add.py",
-                                    "grader/score.py", "results.json"])
+                                    "grader/run/score.py", "results.json"])
 def test_rewriting_the_repository_is_tampering(variant, fast, target):
     before = (ROOT / target).read_bytes() if (ROOT / target).exists() else None
     r, s = grade(v01(variant, ("import torch\n", _tamper(target))))
@@ -370,7 +370,7 @@ def test_rewriting_the_repository_is_tampering(variant, fast, target):
 def test_without_landlock_the_snapshot_undoes_every_change(tmp_path):
     """The fallback where a kernel has no Landlock: every file under the roots is kept, and a
     change, a deletion or a new file is undone and named (outside the skipped caches)."""
-    from grader.sandbox import Snapshot
+    from grader.submission.sandbox import Snapshot
     (tmp_path / "a.py").write_text("a")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.py").write_text("b")

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from conftest import make_variant
-from grader import launch
-from grader.discover import discover
-from grader.grade import Submission, grade, write_reports
-from grader.paths import ROOT
-from grader.watch import Watcher
-from grader.zygote import Forker, Zygote, ZygoteError
+from grader.run import launch
+from grader.common.discover import discover
+from grader.run.grade import Submission, grade, write_reports
+from grader.common.paths import ROOT
+from grader.tools.watch import Watcher
+from grader.run.zygote import Forker, Zygote, ZygoteError
 
 EX01 = discover(only="01")[0]
 FILE = "01_vector_add/triton/vector_add.py"
@@ -91,7 +91,7 @@ def test_the_watch_loop_gives_the_verdicts_of_a_fresh_grade(tmp_path):
         score_py = (ROOT / "grader" / "score.py").read_bytes()
         r, s = w.regrade().rows[0][1:]
         assert (ROOT / "grader" / "score.py").read_bytes() == score_py
-        assert any("grader/score.py" in t for t in r.tampering), r.tampering
+        assert any("grader/run/score.py" in t for t in r.tampering), r.tampering
         assert any("replaced torch.library.opcheck" in t for t in r.tampering), r.tampering
         assert s.total == 0
     finally:
@@ -100,9 +100,9 @@ def test_the_watch_loop_gives_the_verdicts_of_a_fresh_grade(tmp_path):
 
 
 def test_a_zygote_that_would_touch_cuda_refuses_to_serve(tmp_path):
-    """grader.plugin asks torch.cuda.is_available() at import: a zygote preloading it would
+    """grader.judge.plugin asks torch.cuda.is_available() at import: a zygote preloading it would
     initialise CUDA before forking (on a GPU), so it refuses, naming the import."""
-    z = Zygote("judge", launch.child_env(), tmp_path / "zygote.log", preload=["grader.plugin"])
+    z = Zygote("judge", launch.child_env(), tmp_path / "zygote.log", preload=["grader.judge.plugin"])
     with pytest.raises(ZygoteError, match=r"CUDA was queried .*importing grader\.plugin"):
         z.ready()
     assert not z.alive()
@@ -228,14 +228,14 @@ def test_make_watch_regrades_on_save_and_ctrl_c_leaves_nothing(tmp_path):
 
 def test_a_grade_of_several_tracks_forks_from_zygotes_with_the_same_verdicts(monkeypatch):
     """On a machine without a GPU, `make grade` forks its judges and submission's processes
-    from two zygotes (grader.grade._forking): the same verdicts as processes started afresh,
+    from two zygotes (grader.run.grade._forking): the same verdicts as processes started afresh,
     and no zygote left behind."""
     from grader import grade as grade_module
     if grade_module._driver_loaded():
         pytest.skip("a GPU driver is here: a grade starts its processes afresh")
     exercises = (EX01, discover(only="05")[0])
     started = []
-    from grader import zygote
+    from grader.run import zygote
     real = zygote.start_zygotes
 
     def spy(*a, **k):

@@ -3,7 +3,7 @@
 Every `exercises/NN_name/wrong/<name>.toml` is one bad submission: the solution with a few text
 edits, the checks that should catch it, and what must happen. This module builds each one from
 today's solution (conftest.make_variant), grades it through the grader's one path
-(grader.grade.grade_track) and compares the result with the file's `expect`.
+(grader.run.grade.grade_track) and compares the result with the file's `expect`.
 
     why = "one line: what the bad submission does"
     track = "triton"
@@ -50,10 +50,10 @@ from pathlib import Path
 import pytest
 
 from conftest import HAS_GPU, ROOT, make_variant
-from grader.discover import discover
-from grader.grade import grade_track
-from grader.launch import child_env
-from grader.results import Check, TrackResult
+from grader.common.discover import discover
+from grader.run.grade import grade_track
+from grader.run.launch import child_env
+from grader.run.results import Check, TrackResult
 
 DECLARED = sorted((ROOT / "exercises").glob("*/wrong/*.toml"))
 EXERCISES = {ex.id: ex for ex in discover()}
@@ -286,7 +286,7 @@ def test_declared_checks_exist(exercise, track):
     """Every check an expectation names is one the exercise has (on some device): a renamed
     check shows here, not only when the variant is graded (on a GPU, for some)."""
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "grader.plugin", f"exercises/{exercise}", "--tree",
+        [sys.executable, "-m", "pytest", "-p", "grader.judge.plugin", f"exercises/{exercise}", "--tree",
          "solutions", "--track", track, "--collect-only", "-q", "-p", "no:cacheprovider"],
         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
     names = [line.split("::", 1)[1] for line in out.stdout.splitlines() if "::" in line]
@@ -347,8 +347,8 @@ def test_expectations_are_compared():
     bad = _result(build_ok=False)
     assert not mismatches({"build_failed": ["expected ';'"]}, bad)
     assert mismatches({"failed": {"test_a": []}}, bad)               # no build, nothing to check
-    r = _result(tampering=["grader/check.py"], performance={"problem": "the output changed"})
-    assert not mismatches({"tampering": ["grader/check.py"],
+    r = _result(tampering=["grader/judge/check.py"], performance={"problem": "the output changed"})
+    assert not mismatches({"tampering": ["grader/judge/check.py"],
                            "performance_problem": ["output changed"]}, r)
     assert mismatches({"tampering": ["exercises/"]}, r)
 

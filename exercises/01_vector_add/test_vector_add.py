@@ -3,9 +3,9 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import dtypes, extremes, lengths, randn, seeds
-from grader.testing import new_contents_same_shapes, views_handled_or_refused
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import dtypes, extremes, lengths, randn, seeds
+from grader.judge.testing import new_contents_same_shapes, views_handled_or_refused
 
 DTYPES = ["float32", "float16", "bfloat16"]
 

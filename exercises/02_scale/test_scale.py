@@ -10,8 +10,8 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import dtypes, lengths, matrices, randn, seeds
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import dtypes, lengths, matrices, randn, seeds
 
 DTYPES = ["float32", "float16", "bfloat16", "float64"]
 ALL = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -301,8 +301,8 @@ def test_more_than_2_31_elements(impl, device):
                        f"held in a 32-bit int (it overflows past 2^31 - 1); use int64_t")
 
 
-# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
-from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+# --- layouts and repeated calls (the shared checks: grader.judge.strategies.each_view) -----------------
+from grader.judge.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
 
 
 def test_every_argument_as_a_view(impl, ref, device, assert_close):

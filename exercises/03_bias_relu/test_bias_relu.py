@@ -14,9 +14,9 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader.testing import gradcheck_checked
-from grader.check import Mismatch, assert_close as compare, call_checked, expect_refusal, names_argument
-from grader.strategies import dtypes, matrices, randn, seeds
+from grader.judge.testing import gradcheck_checked
+from grader.judge.check import Mismatch, assert_close as compare, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import dtypes, matrices, randn, seeds
 
 DTYPES = ["float32", "float16", "bfloat16", "float64"]
 SCALES = (2.0, 1.0, 0.5, 0.3, -1.5, -0.7)   # fractional, negative; 0.3 is not a power of two
@@ -402,8 +402,8 @@ def test_more_than_2_31_elements(impl, ref, tolerance, assert_close):
     compare(bias.grad, gb64, tol=tol, dtype=dtype, what="grad of bias over 2^19 + 1 rows")
 
 
-# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
-from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+# --- layouts and repeated calls (the shared checks: grader.judge.strategies.each_view) -----------------
+from grader.judge.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
 
 
 def test_every_argument_as_a_view(impl, ref, device, assert_close):

@@ -3,7 +3,7 @@
 Every expectation is the reference (reference.py) evaluated in float64 on the same input values.
 A sum is not judged with a flat tolerance: rounding errors of a float32 sum grow with the size of
 what is summed and with its length, so each result may be off by at most
-grader.testing.sum_bound(sum |x|, n): 4 * sqrt(n) * 2^-24 * sum |x| (Higham & Mary's
+grader.judge.testing.sum_bound(sum |x|, n): 4 * sqrt(n) * 2^-24 * sum |x| (Higham & Mary's
 probabilistic bound; any order of additions that keeps its running sums in float32 stays inside
 it, and a tree does far better). A 16-bit running sum (2^-9 or 2^-12 per add instead of 2^-24)
 does not, which test_all_positive_needs_float32_accumulators makes sure of.
@@ -12,9 +12,9 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import dtypes, lengths, matrices, randn, seeds
-from grader.testing import compiled_matches, new_contents_same_shapes, opcheck_samples, sum_bound
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import dtypes, lengths, matrices, randn, seeds
+from grader.judge.testing import compiled_matches, new_contents_same_shapes, opcheck_samples, sum_bound
 
 DTYPES = ["float32", "float16", "bfloat16", "float64"]
 GIB = 1 << 30
@@ -167,8 +167,8 @@ def test_misaligned_view(impl, ref, device):
     _check_rows(impl, ref, rows, what="reduce_sum_rows(base[1:].view(7, 1000))")
 
 
-# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
-from grader.testing import views_handled_or_refused as _views
+# --- every tensor argument as a view (the shared check: grader.judge.strategies.each_view) ----------
+from grader.judge.testing import views_handled_or_refused as _views
 
 
 @pytest.mark.parametrize("op", ["reduce_sum", "reduce_sum_rows"])

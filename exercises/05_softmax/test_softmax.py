@@ -8,11 +8,11 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader import check
-from grader.testing import gradcheck_checked, off_topic
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import draw_row_shape, dtypes, randn, seeds
-from grader.testing import expected_grads, value_and_grads
+from grader.judge import check
+from grader.judge.testing import gradcheck_checked, off_topic
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import draw_row_shape, dtypes, randn, seeds
+from grader.judge.testing import expected_grads, value_and_grads
 
 DTYPES = ["float32", "float16", "bfloat16"]
 TORCH_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -320,8 +320,8 @@ def test_refuses_integer_x(impl, device):
     expect_refusal(impl.softmax, torch.arange(16, device=device).view(2, 8), argument="x")
 
 
-# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
-from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+# --- layouts and repeated calls (the shared checks: grader.judge.strategies.each_view) -----------------
+from grader.judge.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
 
 
 def test_every_argument_as_a_view(impl, ref, device, assert_close):

@@ -9,11 +9,11 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader import check
-from grader.testing import gradcheck_checked
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import draw_row_shape, dtypes, randn, seeds
-from grader.testing import (compiled_matches, expected_grads, opcheck_samples, rstd_scale,
+from grader.judge import check
+from grader.judge.testing import gradcheck_checked
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import draw_row_shape, dtypes, randn, seeds
+from grader.judge.testing import (compiled_matches, expected_grads, opcheck_samples, rstd_scale,
                             skip_on_interpreter, sum_tol, value_and_grads)
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -45,8 +45,8 @@ def _rows(shape):
 @pytest.fixture(scope="module")
 def grads_close(exercise):
     """Compare (y, dx, dw) with the float64 expectation: dx with its atol scaled by each row's
-    max(1, rstd) (grader.testing.rstd_scale: dx = rstd * (...)); dw, a sum over the rows of
-    dy * x * rstd, with a bound that grows with the number of rows (grader.testing.sum_tol)."""
+    max(1, rstd) (grader.judge.testing.rstd_scale: dx = rstd * (...)); dw, a sum over the rows of
+    dy * x * rstd, with a bound that grows with the number of rows (grader.judge.testing.sum_tol)."""
     def close(got, want, *, x, dtype, shape, eps=EPS, **ctx):
         _, dx, dw = got
         _, dx_ref, dw_ref = want
@@ -251,8 +251,8 @@ def test_torch_compile_without_graph_breaks(impl, ref, track, device):
                      names=["compiled output", "x.grad", "w.grad", "w_in.grad", "w_out.grad"])
 
 
-# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
-from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+# --- layouts and repeated calls (the shared checks: grader.judge.strategies.each_view) -----------------
+from grader.judge.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
 
 
 def test_every_argument_as_a_view(impl, ref, device, assert_close):

@@ -2,7 +2,7 @@
 
 Every expectation is the reference (reference.py) evaluated in float64 on the same input values
 and differentiated by PyTorch's autograd: the op is held to the exact math, rounded once.
-dw and db are sums over rows: their bound grows with the number of rows (grader.testing.sum_tol).
+dw and db are sums over rows: their bound grows with the number of rows (grader.judge.testing.sum_tol).
 """
 import math
 
@@ -10,11 +10,11 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader import check
-from grader.testing import gradcheck_checked
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import draw_row_shape, dtypes, randn, seeds
-from grader.testing import (compiled_matches, expected_grads, opcheck_samples, rstd_scale,
+from grader.judge import check
+from grader.judge.testing import gradcheck_checked
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import draw_row_shape, dtypes, randn, seeds
+from grader.judge.testing import (compiled_matches, expected_grads, opcheck_samples, rstd_scale,
                             sum_tol, value_and_grads)
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -51,7 +51,7 @@ def _expected(ref, x, w, b, dy, wrt=(0, 1, 2), eps=EPS):
 
 
 def _grads_close(exercise, got, want, *, x, dtype, shape, wrt=(0, 1, 2), eps=EPS, **ctx):
-    """dx like any output, its atol scaled by max(1, rstd) per row (grader.testing.rstd_scale:
+    """dx like any output, its atol scaled by max(1, rstd) per row (grader.judge.testing.rstd_scale:
     rows of one element or of equal values have rstd = 1/sqrt(eps) ~ 316); dw and db as sums
     over rows."""
     tol = _tol(exercise, dtype)
@@ -186,7 +186,7 @@ def test_constant_rows(impl, ref, exercise, device, assert_close, dtype):
     try:
         assert_close(y, y_ref, dtype=dtype, shape=shape, rows=f"{constant} constant")
         # dx's rounding ~ rstd = 1/sqrt(eps) ~ 316 in the constant rows: _grads_close scales
-        # their atol by it (grader.testing.rstd_scale), the other rows keep the dtype's
+        # their atol by it (grader.judge.testing.rstd_scale), the other rows keep the dtype's
         _grads_close(exercise, got, want, x=x, dtype=dtype, shape=shape)
     except Mismatch as e:
         raise Mismatch(f"{e}\n  rows {constant} hold one value each (variance 0, y = b): a "
@@ -326,8 +326,8 @@ def test_torch_compile_without_graph_breaks(impl, ref, track, device):
                             "b_ln.grad (db)", "w_out.grad"])
 
 
-# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
-from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+# --- layouts and repeated calls (the shared checks: grader.judge.strategies.each_view) -----------------
+from grader.judge.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
 
 
 def test_every_argument_as_a_view(impl, ref, device, assert_close):

@@ -10,11 +10,11 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader import check
-from grader.testing import gradcheck_checked
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import draw_row_shape, dtypes, randn, seeds
-from grader.testing import (assert_all_close, compiled_matches, expected_grads, float64,
+from grader.judge import check
+from grader.judge.testing import gradcheck_checked
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import draw_row_shape, dtypes, randn, seeds
+from grader.judge.testing import (assert_all_close, compiled_matches, expected_grads, float64,
                             opcheck_samples, rstd_scale, sum_tol, value_and_grads)
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -75,7 +75,7 @@ def _run(impl, ref, x, r, w, eps, dy, dh, tol):
 @pytest.fixture(scope="module")
 def all_close(exercise):
     """Compare (y, h, dx, dresidual, dw); dx and dresidual with their atol scaled by each row's
-    max(1, rstd) (grader.testing.rstd_scale: the gradient through the norm is rstd * (...));
+    max(1, rstd) (grader.judge.testing.rstd_scale: the gradient through the norm is rstd * (...));
     dw is a sum over rows: its bound grows (sum_tol)."""
     def close(got, want, *, dtype, shape, **ctx):
         tol = _tol(exercise, dtype)
@@ -399,8 +399,8 @@ def test_torch_compile_in_place_form(impl, ref, track, device):
                        f"into the caller's residual") from None
 
 
-# --- layouts and repeated calls (the shared checks: grader.strategies.each_view) -----------------
-from grader.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
+# --- layouts and repeated calls (the shared checks: grader.judge.strategies.each_view) -----------------
+from grader.judge.testing import new_contents_same_shapes as _twice, views_handled_or_refused as _views
 
 
 def test_every_argument_as_a_view(impl, ref, device, assert_close):

@@ -24,10 +24,10 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader import check
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import draw_row_shape, dtypes, randn, seeds
-from grader.testing import (compiled_matches, new_contents_same_shapes, on_interpreter,
+from grader.judge import check
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import draw_row_shape, dtypes, randn, seeds
+from grader.judge.testing import (compiled_matches, new_contents_same_shapes, on_interpreter,
                             opcheck_samples)
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -289,8 +289,8 @@ def test_strided_x_handled_or_refused(impl, ref, device, layout):
     check_q(q, scale, x, w, EPS, ref, layout=layout)
 
 
-# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
-from grader.testing import views_handled_or_refused as _views
+# --- every tensor argument as a view (the shared check: grader.judge.strategies.each_view) ----------
+from grader.judge.testing import views_handled_or_refused as _views
 
 
 def test_every_argument_as_a_view(impl, ref, device):

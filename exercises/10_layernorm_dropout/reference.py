@@ -70,7 +70,7 @@ def matching(args, y):
     """The reference for one call whose output is `y`: the op with the mask `y` shows (a dropped
     element is exactly 0), as a function of the same arguments as `reference`.
 
-    For the grader's validation of timed outputs (grader/measure.py `validate`), which otherwise
+    For the grader's validation of timed outputs (grader/judge/measure.py `validate`), which otherwise
     compares with `reference`, whose F.dropout draws a mask of its own: a hook the grader has to
     call (`ref.matching(args, outputs[0])` in place of `ref.reference` when defined).
     """

@@ -13,11 +13,11 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader import check
-from grader.testing import gradcheck_checked
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import draw_row_shape, dtypes, randn, seeds
-from grader.testing import (expected_grads, kept_per_call, new_contents_same_shapes,
+from grader.judge import check
+from grader.judge.testing import gradcheck_checked
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import draw_row_shape, dtypes, randn, seeds
+from grader.judge.testing import (expected_grads, kept_per_call, new_contents_same_shapes,
                             on_interpreter, rstd_scale, sum_tol, value_and_grads)
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -86,7 +86,7 @@ def _y_scale(x):
     """y = (x - mean) * rstd * w + b: the rounding of x - mean (about u * |x|) is multiplied by
     rstd, up to 1/sqrt(eps) ~ 316 on a row whose values are nearly equal (a row of 2 elements,
     on an H200 2026-11-26: a correct float32 y off by 1.25e-5 against an atol of 1e-5). So y's
-    atol scales with max(1, rstd) of its row, as dx's does (grader.testing.rstd_scale)."""
+    atol scales with max(1, rstd) of its row, as dx's does (grader.judge.testing.rstd_scale)."""
     return rstd_scale(x, EPS, centered=True)
 
 
@@ -464,8 +464,8 @@ def test_strided_x_handled_or_refused(impl, ref, exercise, device, layout):
         return  # refused with a message naming x: fine
 
 
-# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
-from grader.testing import views_handled_or_refused as _views
+# --- every tensor argument as a view (the shared check: grader.judge.strategies.each_view) ----------
+from grader.judge.testing import views_handled_or_refused as _views
 
 
 def test_every_argument_as_a_view(impl, ref, exercise, device):
@@ -496,7 +496,7 @@ def test_no_mask_kept_for_the_backward(impl, ref, exercise, track, device):
     not a mask: a stored mask is 1 byte per element (1 bit packed) more to write and read.
 
     Measured as the GPU memory of the submission's process, as the driver counts it, while many
-    forward calls' graphs stay alive (grader.testing.kept_per_call): a cache, or a reserve made
+    forward calls' graphs stay alive (grader.judge.testing.kept_per_call): a cache, or a reserve made
     beforehand, cannot hide a mask kept per call. Then the backward of the first and the last
     of those calls is checked: one mask kept for all the calls would give wrong gradients."""
     x = randn((64, 256), seed=30, dtype=torch.bfloat16, device=device)

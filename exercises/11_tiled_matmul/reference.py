@@ -40,11 +40,11 @@ def reference(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor) -> torch.Ten
 
 def matching(args, y):
     """The reference for one timed call whose output is `y`, for the grader's validation of
-    timed outputs (grader/measure.py `validate`, which compares gradients normwise).
+    timed outputs (grader/judge/measure.py `validate`, which compares gradients normwise).
 
     At the ReLU's kink the mask is a coin toss: where |Z| = |A @ B + bias| is within the float32
     rounding bound of 0 (32 sqrt(K+1) u sum_k |A_ik B_kj|, u = 2^-24: 8 times the checks' bound,
-    see grader.testing.sum_bound), a right fp32 Z may land on either side, and dY passes or not
+    see grader.judge.testing.sum_bound), a right fp32 Z may land on either side, and dY passes or not
     depending on it. At 4096^3 a few dozen such elements flip; each carries a whole dY entry into
     a row of dA and a column of dB: ~1e-3 normwise, ten times the fp32 bound. So: Z's own sign
     everywhere, and the side `y` shows only inside that band (a tiny fraction of the elements).

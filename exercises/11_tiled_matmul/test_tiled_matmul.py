@@ -6,7 +6,7 @@ Every check runs on "cuda" (your kernels; "needs a GPU" on a machine without one
 How a sum is judged. Y[m, n] adds K products (and the bias). A float32 sum rounds at every
 addition, so its error grows with K: any order of summation (a loop, tiles, a tree) stays below
     4 * sqrt(K + 1) * u * max_{m,n} (|A| @ |B| + |bias|)[m, n]        u = 2^-24 for float32
-with overwhelming probability (grader.testing.sum_bound; Higham & Mary 2019). That is the atol
+with overwhelming probability (grader.judge.testing.sum_bound; Higham & Mary 2019). That is the atol
 here, plus 4 units of the last place of the output as rtol. A sum in a 16-bit type, TF32
 inputs, a dropped or doubled tile, a stale shared-memory value are all far outside it. The same
 bound with M or N terms judges dA, dB and dbias. float64 gets the float64 bound, doubled (the
@@ -22,11 +22,11 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader import check
-from grader.testing import gradcheck_checked
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import randn, seeds
-from grader.testing import (compiled_matches, expected_grads, float64, new_contents_same_shapes,
+from grader.judge import check
+from grader.judge.testing import gradcheck_checked
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import randn, seeds
+from grader.judge.testing import (compiled_matches, expected_grads, float64, new_contents_same_shapes,
                             opcheck_samples, sum_bound,
                             value_and_grads)
 
@@ -290,8 +290,8 @@ def test_strided_inputs_handled_or_refused(impl, ref, device, layout):
             raise
 
 
-# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
-from grader.testing import views_handled_or_refused as _views
+# --- every tensor argument as a view (the shared check: grader.judge.strategies.each_view) ----------
+from grader.judge.testing import views_handled_or_refused as _views
 
 
 def test_every_argument_as_a_view(impl, ref, device):

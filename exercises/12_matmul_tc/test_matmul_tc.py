@@ -20,9 +20,9 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import randn, seeds
-from grader.testing import compiled_matches, new_contents_same_shapes, opcheck_samples
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import randn, seeds
+from grader.judge.testing import compiled_matches, new_contents_same_shapes, opcheck_samples
 
 DTYPES = [torch.bfloat16, torch.float16]
 ACTS = ["none", "relu", "gelu_tanh"]
@@ -252,8 +252,8 @@ def test_strided_bias_handled_or_refused(impl, ref, track, device, assert_close)
                       bias="a view with stride 2")
 
 
-# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
-from grader.testing import views_handled_or_refused as _views
+# --- every tensor argument as a view (the shared check: grader.judge.strategies.each_view) ----------
+from grader.judge.testing import views_handled_or_refused as _views
 
 
 def test_every_argument_as_a_view(impl, ref, track, device, assert_close):

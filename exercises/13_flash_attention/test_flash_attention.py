@@ -20,11 +20,11 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader import check
-from grader.testing import gradcheck_checked
-from grader.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.strategies import dtypes, randn, seeds
-from grader.testing import (compiled_matches, expected_grads, kept_per_call,
+from grader.judge import check
+from grader.judge.testing import gradcheck_checked
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.strategies import dtypes, randn, seeds
+from grader.judge.testing import (compiled_matches, expected_grads, kept_per_call,
                             new_contents_same_shapes, on_interpreter, opcheck_samples,
                             value_and_grads)
 
@@ -243,8 +243,8 @@ def test_strided_views(impl, ref, exercise, device, layout):
     _close(exercise, got, _expected(ref, q, k, v, do, True), torch.float16, layout=layout)
 
 
-# --- every tensor argument as a view (the shared check: grader.strategies.each_view) ----------
-from grader.testing import views_handled_or_refused as _views
+# --- every tensor argument as a view (the shared check: grader.judge.strategies.each_view) ----------
+from grader.judge.testing import views_handled_or_refused as _views
 
 
 def test_every_argument_as_a_view(impl, ref, exercise, device):
@@ -326,7 +326,7 @@ def test_no_score_matrix_kept_for_the_backward(impl, track, device):
     """Between the forward and the backward the op may keep q, k, v, o and a few numbers per
     row (the log-sum-exp), not P or S: an S x S matrix per head is S / D times o's size.
 
-    Measured as in exercise 10 (grader.testing.kept_per_call): the GPU memory of the
+    Measured as in exercise 10 (grader.judge.testing.kept_per_call): the GPU memory of the
     submission's process as the driver counts it, while many forward calls' graphs stay alive;
     neither its allocator's cache nor a reserve made beforehand can hide a matrix per call."""
     q, k, v, _ = _inputs((1, 1, 16, 64), 170, torch.bfloat16, device)

@@ -1,0 +1,198 @@
+"""Baselines: what a track is timed against, all trusted code timed in the judge's own process.
+
+The eager reference, torch.compile of it, native ops and peers (Liger-Kernel, when installed):
+functions of the exercise's reference.py named in its [benchmark] (grader.common.discover). Besides
+making and timing them, two caches: the compiled baselines warmed ahead on this GPU
+(`warm_baselines`, `warm_marker`), and their timings shared by the tracks of one grade, or kept
+across runs under QUICK (`baseline_times`). The judge writes both; a submission cannot.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from grader.judge.cases import dy_for, fresh_seed, make_inputs
+from grader.common.paths import BASELINES, WARM
+from grader.judge.reference import load_reference
+from grader.common.settings import current
+from grader.common.timing import host_ms, make_step, time_step
+
+
+def _compiled(fn):
+    """A baseline under torch.compile: static shapes, one specialized compile per swept shape
+    (dynamo is reset per case), not the slower dynamic-shape kernels dynamo switches to."""
+    import torch
+    torch._dynamo.config.cache_size_limit = 64  # one compile per swept shape
+    return torch.compile(fn, dynamic=False)
+
+
+class _CompiledLater:
+    """_compiled(fn), made at the first call. Making it imports dynamo and Inductor (~8 s on
+    the GPU hosts): a QUICK timing whose baselines' times come from the cache never calls it,
+    so never pays that."""
+
+    def __init__(self, fn):
+        self.fn, self.compiled = fn, None
+
+    def __call__(self, *args, **kwargs):
+        if self.compiled is None:
+            self.compiled = _compiled(self.fn)
+        return self.compiled(*args, **kwargs)
+
+
+def baseline_fns(exercise, ref, *, lazy: bool = False) -> dict:
+    """name -> callable, or name -> an error string for a baseline that cannot run here.
+    `lazy`: the torch.compile'd ones are made at their first call (_CompiledLater)."""
+    fns = {}
+    b = exercise.benchmark
+    for name in b.baselines + b.peers:
+        if name == "eager":
+            fns[name] = ref.reference
+        elif name == "compile" or name.startswith("compile:"):
+            what = name.partition(":")[2] or "reference"
+            fns[name] = ((_CompiledLater if lazy else _compiled)(getattr(ref, what))
+                         if hasattr(ref, what) else f"reference.py defines no function {what!r}")
+        elif hasattr(ref, name):
+            fns[name] = getattr(ref, name)
+        else:
+            fns[name] = f"reference.py defines no function {name!r}"
+    return fns
+
+
+def time_baselines(exercise, ref, case, mode, fns, *, graded=True) -> dict:
+    """Each baseline's GPU time at `case` (timing.time_step: graph replay, as the submission's
+    op; a baseline that cannot be captured is timed by events and says so), with its host time
+    at the graded case."""
+    import torch
+    b = exercise.benchmark
+    args = make_inputs(exercise, ref, case, fresh_seed())
+    dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+    out = {}
+    for name, fn in fns.items():
+        if isinstance(fn, str):
+            out[name] = {"error": fn}
+            continue
+        try:
+            run = make_step(fn, args, mode, b.grad_args, dy)
+            t = time_step(run, rep_ms=200 if graded else 100)
+            if "capture_error" in t:
+                e = t.pop("capture_error")
+                t["capture_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            if graded:
+                t["host_ms"] = host_ms(run)
+            out[name] = t
+        except ImportError as e:
+            out[name] = {"error": f"not installed ({e})"}
+        except Exception as e:  # a baseline that fails is reported; the run goes on
+            out[name] = {"error": f"failed: {type(e).__name__}: {str(e)[:200]}"}
+        torch.cuda.synchronize()
+    return out
+
+
+def warm_marker(exercise, device: str) -> Path:
+    """The file warm_baselines leaves when every compiled baseline of the exercise compiled and
+    ran: the judge's Inductor cache (grader.common.paths.INDUCTOR) then holds them, and a
+    later grade on this GPU with this torch, Triton and reference.py skips the warm-up (a dozen
+    processes of ~20 s each). Should the cache have been emptied since, the timing phase
+    compiles them itself (the first call is outside every timing either way)."""
+    from importlib.metadata import version
+    b = exercise.benchmark
+    key = json.dumps([device, version("torch"), version("triton"), exercise.id, b.case, b.dtype,
+                      b.modes, b.baselines, b.grad_args])
+    digest = hashlib.sha256(key.encode() + (exercise.dir / "reference.py").read_bytes())
+    return WARM / f"{exercise.id}-{digest.hexdigest()[:16]}"
+
+
+def warm_baselines(exercise) -> float:
+    """Compile the exercise's torch.compile baselines at the graded case, once per mode, and
+    run each once: Inductor's on-disk caches (FX graphs, AOT autograd, Triton kernels) then
+    hold them, and the timing phase's compile of the same code is a cache hit (seconds instead
+    of tens of seconds). Nothing is timed here; it runs while other tracks' checks share the GPU.
+    When all compiled, leaves warm_marker. Returns the seconds it took."""
+    import torch
+    start = time.perf_counter()
+    b = exercise.benchmark
+    if b is None or not torch.cuda.is_available():
+        return 0.0
+    ref = load_reference(exercise)
+    fns = {n: f for n, f in baseline_fns(exercise, ref).items()
+           if n == "compile" or n.startswith("compile:")}
+    torch._dynamo.reset()
+    failed = any(isinstance(fn, str) for fn in fns.values())
+    for mode in b.modes:
+        args = make_inputs(exercise, ref, b.case, fresh_seed())
+        dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+        for fn in fns.values():
+            if isinstance(fn, str):
+                continue
+            try:
+                make_step(fn, args, mode, b.grad_args, dy)()
+            except Exception:  # the timing phase reports a baseline that fails
+                failed = True
+        del args, dy
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    if not failed:
+        marker = warm_marker(exercise, torch.cuda.get_device_name())
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{time.perf_counter() - start:.1f} s\n")
+    return round(time.perf_counter() - start, 1)
+
+
+def baseline_times(exercise, ref, mode, fns) -> dict:
+    """The baselines' times at the graded case. Under QUICK (make ... QUICK=1): the last
+    ones measured on this GPU with this torch and this reference.py, kept in .cache/baselines/
+    (the learner's kernel changes between runs, PyTorch's does not). Otherwise measured once per
+    grading run (Settings.run_cache, a folder of the run's): the tracks of one exercise are held
+    to the same baseline figures, timed once. The judge writes both caches; the submission's
+    process cannot."""
+    b = exercise.benchmark
+    path = _cached_at(exercise, mode, fns)
+    if path is None:
+        return time_baselines(exercise, ref, b.case, mode, fns)
+    try:
+        cached = json.loads(path.read_text())
+        if current().quick:
+            return {n: {**t, "cached": True} for n, t in cached.items()}
+        return cached  # this run's own measurement, shared by the exercise's tracks
+    except (OSError, ValueError):
+        pass
+    out = time_baselines(exercise, ref, b.case, mode, fns)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(path)
+    return out
+
+
+def _cached_at(exercise, mode, names) -> Path | None:
+    """Where baseline_times keeps the figures of (exercise, mode): QUICK's folder, the run's,
+    or None (measure, keep nothing)."""
+    import torch
+    b = exercise.benchmark
+    folder = BASELINES if current().quick else current().run_cache
+    if not folder:
+        return None
+    key = json.dumps([torch.cuda.get_device_name(), torch.__version__, exercise.id, b.case, mode,
+                      b.dtype, sorted(names), hashlib.sha256(
+                          (exercise.dir / "reference.py").read_bytes()).hexdigest()])
+    return Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+
+
+def prepare_performance(exercise) -> tuple:
+    """What grade_performance needs that runs on the CPU alone: the reference and the baselines'
+    callables (creating a torch.compile'd one imports dynamo and Inductor, seconds). A timing
+    worker started ahead does this while another track's timing holds the GPU (nothing here
+    launches a kernel)."""
+    import torch
+    ref = load_reference(exercise)
+    lazy = baseline_fns(exercise, ref, lazy=True)
+    if current().quick or all((p := _cached_at(exercise, m, lazy)) is not None and p.is_file()
+                              for m in exercise.benchmark.modes):
+        return ref, lazy  # the baselines' times are (likely) cached: no compile
+    fns = baseline_fns(exercise, ref)
+    torch._dynamo.reset()
+    return ref, fns

@@ -1,0 +1,46 @@
+"""Cases: the inputs of a timed case, made by the judge from the exercise's reference.py.
+
+Every timed call gets fresh random values from a seed the submission cannot know in advance
+(`fresh_seed`); a forward+backward step gets a random incoming gradient (`dy_for`).
+"""
+from __future__ import annotations
+
+import os
+
+from grader.common.seam import tensors_in
+
+
+def fresh_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little")
+
+
+def make_inputs(exercise, ref, case, seed):
+    import torch
+    dtype = getattr(torch, exercise.benchmark.dtype)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return tuple(getattr(ref, exercise.benchmark.inputs)(case, dtype, "cuda", gen))
+
+
+def nbytes(v) -> int:
+    import torch
+    return sum(t.numel() * t.element_size() for t in tensors_in(v) if isinstance(t, torch.Tensor))
+
+
+def dy_for(ref, args, exercise):
+    """An incoming gradient for forward+backward: random, shaped like the first output. The
+    output's shape comes from the reference run on fake tensors (no memory, no time: 13's
+    reference at its benchmark case would hold an S x S matrix per head); a reference that
+    cannot run on them runs for real."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
+            out = ref.reference(*[mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
+                                  for a in args])
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        return torch.randn(first.shape, dtype=first.dtype, device=args[0].device)
+    except Exception:  # e.g. a reference that reads values (.item()) to decide a shape
+        with torch.no_grad():
+            out = ref.reference(*args)
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        return torch.randn_like(first)

@@ -1,0 +1,300 @@
+"""Measure: time a track at a benchmark case, with figures the judge can vouch for.
+
+The submission's process times its own op with `timing.time_step`: one step (forward, or
+forward+backward) captured in a CUDA graph, its replays timed by CUDA events with L2 flushed,
+and the host cost of an eager call beside it. An op that cannot be captured is timed by events
+around eager calls, and its figure says so. The judge does not take the figure on trust:
+
+1. **Validated replays on the judge's clock.** The judge makes K input sets and sends them at
+   once; the submission's process captures one graph per set (untimed). The judge then writes
+   new random values (from a seed the submission cannot know in advance) into every set, times
+   with its own wall clock the K back-to-back replays, minus the round trip of an empty
+   request, and compares every output and gradient with the float64 reference of the values it
+   wrote: a graph that does not compute from its inputs (a cached output, skipped or half the
+   work, a special case for the benchmark size) fails here, and the performance earns nothing.
+2. **The figure.** The replay time stands if the judge's wall clock agrees with it (within
+   ESCAPE_RATIO plus a small slack); if it does not, the batch runs again on new values (three
+   batches at most, the fastest counts: a hiccup of the machine is not the op's fault); if no
+   batch agrees, the wall-clock time is used, with a warning.
+3. **Physics.** A rate above 110% of the ceiling measured on this GPU is impossible: not
+   credited, naming the ceiling.
+4. **Who did the work.** One call at the benchmark case is observed like every check's call
+   (delegation, side streams: grader.common.trust).
+
+Baselines are trusted code, timed the same way in the judge's own process (grader.judge.baselines).
+The figures go to the event log; the credit they earn is computed by grader.run.score, in the parent.
+"""
+from __future__ import annotations
+
+import time
+
+from grader.judge.baselines import baseline_times, prepare_performance
+from grader.judge.cases import dy_for, fresh_seed, make_inputs, nbytes
+from grader.common.paths import CEILINGS as CEILING_CACHE
+from grader.judge.proxy import SubmissionDied, raise_remote, remote_call
+from grader.common.seam import transfer_copy, tree_map
+from grader.judge.testing import expected_grads, float64
+from grader.common.timing import CEILINGS, measure_ceilings, rate
+from grader.common.trust import Delegation, SideStream
+
+# wall clock per call over the reported time that is believed: replays are launched in a few us
+# and run back to back (their wall clock is their GPU time, a little less with a warm L2); eager
+# calls (not capturable) carry their host time too
+ESCAPE_RATIO = {"graph": 1.15, "events": 1.3}
+ESCAPE_SLACK_MS = 0.05
+IMPOSSIBLE = 1.10           # a rate above this fraction of the measured ceiling is not physical
+BATCH_BYTES = 12 << 30      # input + output memory one validated batch may use
+BATCH_TRIES = 3             # validated batches at most, when the wall clock disagrees (below)
+# normwise relative error a timed output may have against float64 (the checks hold values
+# elementwise; here the point is that each timed call computed this call's answer)
+REL_BOUND = {"float64": 1e-9, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2, "int8": 1e-2}
+
+
+def escaped(event_ms: float, wall_ms: float, method: str = "graph") -> bool:
+    """Is the wall time per call well above the reported time (work outside the timed region,
+    or a reported time that is not the real one)?"""
+    return wall_ms > ESCAPE_RATIO[method] * event_ms + ESCAPE_SLACK_MS
+
+
+def _ok(reply: dict) -> dict:
+    if not reply.get("ok"):
+        raise_remote(reply.get("error") or {})
+    return reply
+
+
+def validate(exercise, ref, args, mode, got, dy=None) -> str | None:
+    """None if this call's outputs (and gradients) are this input's answer; else why not."""
+    import torch
+    b = exercise.benchmark
+    # an op with randomness of its own (dropout) declares how the reference reproduces it from
+    # the output: reference.matching(args, output) -> a function like reference
+    fn = ref.matching(args, got[0]) if hasattr(ref, "matching") else ref.reference
+    if mode == "forward":
+        with torch.no_grad():
+            want = fn(*float64(args))
+        want = want if isinstance(want, (tuple, list)) else (want,)
+    else:
+        outs, grads = expected_grads(fn, *args, wrt=b.grad_args, dy=dy)
+        want = outs[:1] + grads
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g is None or w is None:
+            continue
+        g64, w64 = g.double(), w.double()
+        if not bool(torch.isfinite(g64).all()) and bool(torch.isfinite(w64).all()):
+            return f"timed output {k} has NaN or inf where the reference is finite"
+        err = (torch.linalg.vector_norm(g64 - w64) /
+               torch.linalg.vector_norm(w64).clamp_min(1e-30)).item()
+        bound = REL_BOUND.get(str(g.dtype).removeprefix("torch."), 1e-2)
+        if not err <= bound:
+            return (f"timed output {k} is not this call's answer (relative error {err:.3g}, "
+                    f"bound {bound:g}): a cached or deferred result, or a special case for the "
+                    f"benchmark size")
+    return None
+
+
+def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = True) -> dict:
+    """Time the submission's op at `case` in `mode` (in its process), and vouch for it."""
+    import torch
+    b = exercise.benchmark
+    began = time.perf_counter()
+    trace = lambda what: print(f"[timing]   {mode} {what}: {time.perf_counter() - began:.2f} s",
+                               flush=True)
+    share = lambda v: tree_map(lambda t: transfer_copy(t) if isinstance(t, torch.Tensor) else t, v)
+    args = make_inputs(exercise, ref, case, fresh_seed())
+    dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+    torch.cuda.synchronize()
+    r = session.request("time", entry=b.call, args=share(args), mode=mode,
+                        grad_args=list(b.grad_args), dy=share(dy) if dy is not None else None,
+                        wrap=b.wrap, timeout_s=max(600, session.timeout_s))
+    t = {k: _ok(r)[k] for k in ("ms", "p20", "p80", "host_ms", "method")}
+    if r.get("capture_error"):
+        e = r["capture_error"]
+        t["capture_error"] = (f"{e.get('where', '')}: " if e.get("where") else "") + \
+            f"{e.get('type')}: {str(e.get('message', '')).splitlines()[0][:300]}"
+    trace(f"GPU time ({t['method']}) and host time")
+    del args, dy
+    if not batch:
+        return t
+    # who did the work, at this size: one observed call (raises Delegation / SideStream)
+    one = make_inputs(exercise, ref, case, fresh_seed())
+    target = ("compiled", b.call, b.wrap) if b.wrap else ("entry", b.call)
+    with torch.no_grad():
+        remote_call(session, target, one, what=f"{b.call}() at the benchmark case")
+    trace("the observed call")
+    # the validated batch, on the judge's clock: K fresh input sets, plus one for the warm-up.
+    # An honest op's wall clock agrees with its events; when it does not, the batch runs again
+    # on new input sets (up to BATCH_TRIES in all) and the fastest counts: a hiccup of the
+    # machine (another process starting, the clocks) is not an accusation, while work that
+    # escapes the events escapes them every time. Every batch's outputs are validated.
+    per_set = nbytes(one) * 2 + 1
+    k = max(2, min(8, BATCH_BYTES // per_set))
+    warm_dy = dy_for(ref, one, exercise) if mode == "forward_backward" else None
+    warmup = share((one, warm_dy))
+    del one, warm_dy
+    walls, problem = [], None
+    for attempt in range(BATCH_TRIES):
+        wall_ms, problem = _validated_batch(session, exercise, ref, case, mode, k, warmup, share,
+                                            graphs=t["method"] == "graph")
+        walls.append(wall_ms)
+        trace(f"batch {attempt + 1}: {k} input sets staged, run ({wall_ms * 1e3:.1f} us a call) "
+              f"and validated")
+        if problem or not escaped(t["ms"], min(walls), t["method"]):
+            break
+    del warmup
+    t["wall_ms"] = min(walls)
+    t["walls_ms"] = walls
+    t["batch"] = k
+    t["problem"] = problem
+    return t
+
+
+def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, graphs: bool):
+    """Stage k input sets in the submission's process (a graph captured on each), write new
+    values into every set, time the k back-to-back replays (or calls) with the judge's clock
+    (minus an empty request's round trip), and hold every output to float64 of the values the
+    judge wrote. Returns (ms per call, the first problem or None)."""
+    import torch
+    b = exercise.benchmark
+    staged = [make_inputs(exercise, ref, case, fresh_seed()) for _ in range(k)]
+    sent = share(staged)
+    sent_dys = share([dy_for(ref, s, exercise) for s in staged]) \
+        if mode == "forward_backward" else None
+    del staged
+    torch.cuda.synchronize()
+    limit = max(600, session.timeout_s)
+    _ok(session.request("stage", entry=b.call, warmup=warmup, sets=sent, mode=mode,
+                        grad_args=list(b.grad_args), dys=sent_dys, wrap=b.wrap, graphs=graphs,
+                        timeout_s=limit))
+    # new values, in place, into the memory the graphs read: what the replays must compute from
+    sets, dys = [], []
+    for i, args in enumerate(sent):
+        fresh = make_inputs(exercise, ref, case, fresh_seed())
+        sets.append(_refill(args, fresh))
+        if sent_dys is not None:
+            dys.append(_refill(sent_dys[i], dy_for(ref, sets[-1], exercise)))
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    session.request("noop")
+    noop = time.perf_counter() - start
+    start = time.perf_counter()
+    _ok(session.request("go", timeout_s=limit))
+    wall = time.perf_counter() - start
+    reply = _ok(session.request("collect", timeout_s=limit))
+    outs = [[o.clone() if isinstance(o, torch.Tensor) else None for o in call]
+            for call in reply["outs"]]
+    del sent, sent_dys, reply
+    problem = None
+    for i, s in enumerate(sets):
+        problem = validate(exercise, ref, s, mode, outs[i], dys[i] if dys else None)
+        if problem:
+            problem = f"call {i + 1} of {k}: {problem}"
+            break
+    del sets, dys, outs
+    torch.cuda.empty_cache()
+    return max(wall - noop, 1e-6) * 1e3 / k, problem
+
+
+def _refill(sent, fresh):
+    """Write `fresh`'s tensors into the shared tensors of `sent` (same structure), keeping
+    `sent`'s other arguments (a scalar, a seed: a captured graph holds them fixed). Returns the
+    arguments as the judge computes the expectation from: fresh values, the same scalars."""
+    import torch
+    if isinstance(sent, torch.Tensor):
+        sent.copy_(fresh)
+        return fresh
+    if isinstance(sent, (tuple, list)):
+        return type(sent)(_refill(s, f) for s, f in zip(sent, fresh))
+    return sent
+
+
+def figures_for(exercise, model, t, ceilings) -> dict:
+    """Rates, fraction of the ceiling, the figure used and why, for one mode of a track."""
+    b = exercise.benchmark
+    t = dict(t)
+    warnings = []
+    method = t.get("method", "graph")
+    if t.get("capture_error"):
+        warnings.append(f"not capturable in a CUDA graph ({t['capture_error']}): timed by "
+                        f"events around eager calls, which hold the host's time too")
+    # against the GPU time reported (before a wall-clock figure may replace it)
+    host_bound = t.get("host_ms") is not None and t["host_ms"] > t["ms"]
+    if "wall_ms" in t and escaped(t["ms"], t["wall_ms"], method):
+        tries = len(t.get("walls_ms") or [t["wall_ms"]])
+        fastest = f" (the fastest of {tries} validated batches)" if tries > 1 else ""
+        if host_bound and method == "events":
+            # host-bound: back-to-back calls go at the host's pace, not the GPU's; no accusation
+            # (the message only: host_ms comes from the submission's process, so the figure
+            # used is the judge's wall clock either way)
+            warnings.append(f"back-to-back calls took {t['wall_ms'] * 1e3:.0f} us each on the "
+                            f"judge's clock{fastest} against {t['ms'] * 1e3:.0f} us of GPU time "
+                            f"a call: the host, not the GPU, sets this op's pace (host-bound, "
+                            f"below); the wall-clock time is used")
+        else:
+            warnings.append(f"wall clock {t['wall_ms'] * 1e3:.0f} us per call vs "
+                            f"{t['ms'] * 1e3:.0f} us reported{fastest}: the reported time does "
+                            f"not hold all the work (the host waiting for the GPU inside each "
+                            f"call: .item(), .cpu(), a synchronize; a side stream; or a reported "
+                            f"time that is not the real one); the wall-clock time is used")
+        t["ms"] = t["wall_ms"]
+    t["rate"] = rate(model, t["ms"], b.ceiling)
+    t["fraction"] = t["rate"] / ceilings[b.ceiling]
+    t["impossible"] = t["fraction"] > IMPOSSIBLE
+    if t["impossible"]:
+        c = CEILINGS[b.ceiling]
+        warnings.append(f"{t['rate']:.4g} {c.unit} is {100 * t['fraction']:.0f}% of the "
+                        f"{c.label} measured on this GPU ({ceilings[b.ceiling]:.4g} {c.unit}): "
+                        f"impossible, so not credited")
+    if host_bound:
+        t["host_bound"] = True
+    t["warnings"] = warnings
+    return t
+
+
+def grade_performance(exercise, track, session, record, prepared: tuple | None = None) -> None:
+    """Time one track at the graded case against the baselines; record the performance event.
+    `prepared`: prepare_performance(exercise), done ahead."""
+    import torch
+    b = exercise.benchmark
+    if b is None:
+        return
+    if not torch.cuda.is_available():
+        record(event="performance", status="needs a GPU")
+        return
+    began = time.perf_counter()
+    stage = lambda what: print(f"[timing] {what}: {time.perf_counter() - began:.1f} s",
+                               flush=True)  # where the seconds go (Settings.keep_logs keeps it)
+    ceilings = measure_ceilings(CEILING_CACHE)
+    stage("ceilings")
+    ref, fns = prepared or prepare_performance(exercise)
+    stage("reference and baselines ready")
+    figures, problem = {}, None
+    for mode in b.modes:
+        model = getattr(ref, b.model)(b.case, getattr(torch, b.dtype), mode)
+        try:
+            t = time_submission(session, exercise, ref, b.case, mode)
+            stage(f"{mode}: the submission timed and validated")
+        except (Delegation, SideStream) as e:
+            problem = str(e)
+            break
+        except SubmissionDied as e:
+            problem = f"the submission's process ended while timing: {e.reason}"
+            break
+        except Exception as e:
+            problem = f"the op failed while timing: {type(e).__name__}: {str(e)[:300]}"
+            break
+        problem = problem or t.pop("problem", None)
+        f = figures_for(exercise, model, t, ceilings)
+        f["model"] = model
+        f["baselines"] = baseline_times(exercise, ref, mode, fns)
+        stage(f"{mode}: baselines")
+        f["speedup"] = {n: bt["ms"] / f["ms"] for n, bt in f["baselines"].items() if "ms" in bt}
+        figures[mode] = f
+        if problem:
+            break
+    c = CEILINGS[b.ceiling]
+    # figures only: the credit they earn is grader.run.score's, in the parent
+    record(event="performance", status="measured" if figures else "rejected",
+           case=b.case, dtype=b.dtype, ceiling_name=c.label, ceiling_unit=c.unit,
+           ceiling_value=ceilings[b.ceiling], figures=figures, problem=problem,
+           warnings=[w for f in figures.values() for w in f.get("warnings", [])] +
+           ([f"no performance credit: {problem}"] if problem else []))

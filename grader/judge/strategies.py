@@ -1,0 +1,146 @@
+"""Hypothesis strategies for the checks: awkward sizes, shapes, dtypes and input seeds.
+
+Sizes mix the cases that break kernels (1, primes, non-powers-of-two, one past a block size)
+with random ones. On the CPU (Triton's interpreter, a C++ fallback) they stay small: the
+interpreter runs a 64x1000 kernel in ~0.1 s.
+"""
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from grader.common.settings import current
+
+AWKWARD = (1, 2, 3, 5, 7, 31, 127, 128, 129, 255, 257, 1000, 1023, 1024, 1025, 4095, 4097)
+LARGE = (65537, 131071, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 7)
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
+          "bfloat16": torch.bfloat16}
+
+
+def _large_shapes(device: str) -> bool:
+    """GPU-sized shapes, except with Settings.small (compute-sanitizer runs 10-100x slower)."""
+    return device == "cuda" and not current().small
+
+
+def lengths(device: str, *, small_max: int = 5000, large: bool = True):
+    """1-D lengths: awkward ones always; large ones (> 1M) only on a GPU."""
+    on_gpu = _large_shapes(device)
+    fixed = AWKWARD + (LARGE if on_gpu and large else ())
+    upper = 1 << 18 if on_gpu else small_max
+    return st.one_of(st.sampled_from(fixed), st.integers(1, upper))
+
+
+def matrices(device: str, *, max_rows: int | None = None, max_cols: int | None = None):
+    """(M, N) with awkward row lengths; bounded so M*N stays cheap on the CPU."""
+    on_gpu = _large_shapes(device)
+    max_rows = max_rows or (4096 if on_gpu else 64)
+    max_cols = max_cols or (16384 if on_gpu else 1100)
+    cols = st.one_of(st.sampled_from([c for c in AWKWARD if c <= max_cols]),
+                     st.integers(1, max_cols))
+    rows = st.one_of(st.sampled_from([r for r in (1, 2, 3, 7, 33, 129) if r <= max_rows]),
+                     st.integers(1, max_rows))
+    return st.tuples(rows, cols)
+
+
+def dtypes(names):
+    return st.sampled_from([DTYPES[n] for n in names])
+
+
+seeds = st.integers(0, 2**31 - 1)
+
+
+def randn(shape, *, seed: int, dtype, device, scale: float = 1.0, offset: float = 0.0):
+    """Fresh normal values from `seed` (drawn on the CPU so a seed means the same on any device)."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(shape, generator=g, dtype=torch.float64) * scale + offset
+    return t.to(device=device, dtype=dtype)
+
+
+def draw_row_shape(data, device: str, *, max_rows_gpu: int = 1024):
+    """[N], [M, N] or [B, S, N] with awkward row lengths (rows: the last dim), drawn from
+    hypothesis' `data` with a label per choice so that a failure prints each. At most
+    `max_rows_gpu` rows on a GPU: each example is compared in float64."""
+    m, n = data.draw(matrices(device, max_rows=max_rows_gpu if device == "cuda" else None),
+                     label="(rows, N)")
+    kind = data.draw(st.sampled_from(["N", "MN", "BSN"]), label="layout")
+    if kind == "N":
+        return (n,)
+    if kind == "MN":
+        return (m, n)
+    b = data.draw(st.integers(1, min(m, 4)), label="B")
+    return (b, max(1, m // b), n)
+
+
+# --- layouts: every tensor argument, in turn, as a strided and as a misaligned view ----------------
+
+VIEW_KINDS = ("strided", "offset")
+
+
+def as_view(t: torch.Tensor, kind: str, *, seed: int = 0) -> torch.Tensor:
+    """`t`'s values in a view of a bigger buffer: "strided" (every other element of the last
+    dimension, for 2-D and up also a gap between rows) or "offset" (dense, starting one element
+    into its storage: not 16-byte aligned). The rest of the buffer holds other finite random
+    values, so a kernel that reads it gets wrong numbers, not NaN."""
+    if t.numel() == 0 or t.dim() == 0:
+        return t
+    shape = tuple(t.shape)
+    if kind == "strided":
+        big = shape[:-1] + (2 * shape[-1],)
+        base = randn(big, seed=seed + 7919, dtype=t.dtype, device=t.device)
+        view = base[..., ::2]
+    elif kind == "offset":
+        base = randn(t.numel() + 1, seed=seed + 7919, dtype=t.dtype, device=t.device)
+        view = base[1:].view(shape)
+    else:
+        raise ValueError(f"unknown view kind {kind!r}")
+    with torch.no_grad():
+        view.copy_(t)
+    return view.requires_grad_(t.requires_grad) if t.is_leaf else view
+
+
+def each_view(args, names, *, seed: int = 0):
+    """(argument name, kind, args) for every tensor argument in turn, as each kind of view, the
+    other arguments unchanged: the shared layout check of every exercise."""
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor) or a.numel() < 2:
+            continue
+        for kind in VIEW_KINDS:
+            out = list(args)
+            out[i] = as_view(a, kind, seed=seed + i)
+            yield names[i], kind, tuple(out)
+
+
+def layouts(n_args: int):
+    """A hypothesis strategy: None (all dense) or (argument index, view kind)."""
+    return st.one_of(st.none(), st.tuples(st.integers(0, n_args - 1), st.sampled_from(VIEW_KINDS)))
+
+
+def with_layout(args, layout, *, seed: int = 0):
+    """`args` with the drawn layout applied (see `layouts`)."""
+    if layout is None:
+        return tuple(args)
+    i, kind = layout
+    out = list(args)
+    if isinstance(out[i], torch.Tensor):
+        out[i] = as_view(out[i], kind, seed=seed)
+    return tuple(out)
+
+
+def extremes(t: torch.Tensor, *, seed: int, beyond_fp16: bool = True) -> torch.Tensor:
+    """`t` with a few elements replaced by what real data holds besides normal values: signed
+    zeros, and for bf16 magnitudes past fp16's range (70000 to 3e5, where a bf16 kernel that
+    goes through fp16 overflows). Returns a new tensor."""
+    if t.numel() == 0 or not t.is_floating_point():
+        return t
+    g = torch.Generator().manual_seed(seed)
+    flat = t.detach().reshape(-1).clone()
+    k = max(1, flat.numel() // 16)
+    idx = torch.randperm(flat.numel(), generator=g)[:k].to(flat.device)
+    special = torch.tensor([0.0, -0.0], dtype=torch.float64)
+    if t.dtype == torch.bfloat16 and beyond_fp16:
+        big = torch.empty(4, dtype=torch.float64).uniform_(7e4, 3e5, generator=g)
+        special = torch.cat([special, big, -big])
+    picks = special[torch.randint(len(special), (k,), generator=g)]
+    flat[idx] = picks.to(flat.device, flat.dtype)
+    return flat.view(t.shape)
