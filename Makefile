@@ -65,7 +65,7 @@ bench: $(SETUP)
 # Workers side by side only with Landlock: without it a grade snapshots and restores the whole
 # repository, and a tampering test's write would race the other worker's reads (tests/conftest.py)
 test: $(SETUP)
-	$(PY) -m pytest tests $$($(PY) -c "import xdist; from grader.submission.sandbox import landlock_available as l; assert l()" 2>/dev/null && echo "-n $(TEST_JOBS)")
+	$(PY) -m pytest tests $$($(PY) -c "import xdist; from grader.common.machine import landlock_available as l; assert l()" 2>/dev/null && echo "-n $(TEST_JOBS)")
 
 list: $(SETUP)
 	@$(PY) -m grader list

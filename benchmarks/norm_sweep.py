@@ -144,7 +144,7 @@ def load(number: str):
     """(exercise, reference module, solution module, entry point) of one exercise."""
     from grader.common.discover import discover
     from grader.common.pyfile import import_file
-    from grader.judge.reference import load_reference
+    from grader.common.reference import load_reference
     folder, path, entry = EXERCISES[number]
     ex = discover(only=number)[0]
     mod = import_file(ROOT / "solutions" / folder / path, f"norm_sweep_{number}")
@@ -438,7 +438,7 @@ def cuda07_worker(variant: str) -> int:
     from grader.judge.cases import dy_for, make_inputs
     from grader.common.discover import discover
     from grader.common.pyfile import import_file
-    from grader.judge.reference import load_reference
+    from grader.common.reference import load_reference
     from grader.judge.testing import expected_grads, sum_tol
     k, nblocks = (int(v) for v in variant.split("x"))
     ex = discover(only="07")[0]

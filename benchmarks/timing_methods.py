@@ -31,7 +31,7 @@ def rows_for(number: str, times: int) -> list[str]:
     from grader.judge.cases import dy_for, fresh_seed, make_inputs
     from grader.common.discover import discover
     from grader.common.pyfile import import_file
-    from grader.judge.reference import load_reference
+    from grader.common.reference import load_reference
     from grader.common.timing import host_ms, make_step, time_fn, time_step
     ex = discover(only=number)[0]
     b, ref = ex.benchmark, load_reference(ex)

@@ -1,6 +1,6 @@
-"""`python -m grader ...`: the command line lives in grader.run.cli (see its docstring)."""
+"""`python -m grader ...`: the command line lives in grader.cli (see its docstring)."""
 import sys
 
-from grader.run.cli import main
+from grader.cli import main
 
 sys.exit(main())

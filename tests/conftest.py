@@ -12,7 +12,7 @@ HAS_GPU = torch.cuda.is_available()
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason without one)")
-    from grader.submission.sandbox import landlock_available
+    from grader.common.machine import landlock_available
     if getattr(config.option, "numprocesses", None) and not landlock_available():
         # without Landlock every grade snapshots the repository and restores it afterwards: the
         # gallery's tampering entries really write into it, and a grade in another worker would

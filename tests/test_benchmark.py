@@ -7,7 +7,9 @@ from grader.common.discover import discover
 from grader.judge.measure import escaped, figures_for
 from grader.tools.benchdoc import bench_markdown, bench_plot
 from grader.run.score import performance_credit
-from grader.common.timing import CEILINGS, ceiling_cache_path, rate, stats
+from grader.common.ceilings import CEILINGS, rate
+from grader.common.timing import stats
+from grader.judge.ceilings import MEASURE, ceiling_cache_path
 
 
 def test_rate_counts_bytes_or_flops():
@@ -21,6 +23,7 @@ def test_every_ceiling_is_declared_once():
     for ex in discover():
         if ex.benchmark:
             assert ex.benchmark.ceiling in CEILINGS
+    assert set(MEASURE) == set(CEILINGS)  # and each is measured by the judge
 
 
 def test_stats_keeps_median_and_spread():
@@ -177,7 +180,7 @@ def test_validation_of_a_timed_linear_relu_allows_the_kink_only():
     only: a flip anywhere else, or zeros, is still rejected."""
     import torch
     from grader.judge.measure import validate
-    from grader.judge.reference import load_reference
+    from grader.common.reference import load_reference
     ex = discover(only="11")[0]
     ref = load_reference(ex)
     g = torch.Generator().manual_seed(0)

@@ -194,7 +194,7 @@ def test_an_undeclared_mutation_fails_on_the_cpu(variant, configure):
 def _signal_fence(mode):
     """Skip where this machine cannot put up the fence `mode` asks for (auto: Landlock's scope,
     ABI 6+; seccomp: the fallback, libseccomp); the state line the sandbox then reports says."""
-    from grader.submission.sandbox import landlock_abi
+    from grader.common.machine import landlock_abi
     if mode == "auto" and landlock_abi() < 6:
         pytest.skip(f"Landlock ABI {landlock_abi()} has no signal scope (Linux 6.12+)")
     if mode == "seccomp":
@@ -370,7 +370,7 @@ def test_rewriting_the_repository_is_tampering(variant, fast, target):
 def test_without_landlock_the_snapshot_undoes_every_change(tmp_path):
     """The fallback where a kernel has no Landlock: every file under the roots is kept, and a
     change, a deletion or a new file is undone and named (outside the skipped caches)."""
-    from grader.submission.sandbox import Snapshot
+    from grader.run.snapshot import Snapshot
     (tmp_path / "a.py").write_text("a")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.py").write_text("b")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.common.paths import EXERCISES, ROOT
-from grader.common.timing import CEILINGS
+from grader.common.ceilings import CEILINGS
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 METRICS = ("fraction_of_ceiling", "speedup")

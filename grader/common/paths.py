@@ -7,7 +7,9 @@ submission tree's builds and caches live under CACHE, named by `tree_tag`, never
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # grader/common/paths.py
@@ -21,6 +23,8 @@ CEILINGS = CACHE / "ceilings"       # this GPU's measured ceilings
 WARM = CACHE / "warm"               # markers: an exercise's compiled baselines are warm
 BASELINES = CACHE / "baselines"     # QUICK: the baselines' last timings on this GPU
 DURATIONS = CACHE / "durations.json"  # how long each track's checks took last time
+PCH_DIR = CACHE / "pch"             # the bindings' precompiled header (grader.submission.pch)
+PCH_LOCK = PCH_DIR / "building.lock"  # held while a PCH is being made (whichever its flags)
 
 
 def tree_tag(tree: Path) -> str:
@@ -50,3 +54,16 @@ def tree_caches(tree: Path) -> list[Path]:
     """Everything cached for one tree (dropped after grading a temporary tree)."""
     tag = tree_tag(tree)
     return [CACHE / sub / tag for sub in ("build", "aot", "submission")]
+
+
+def warm_marker(exercise, device: str) -> Path:
+    """The file the judge leaves when every compiled baseline of the exercise compiled and ran
+    on this GPU (grader.judge.baselines.warm_baselines): the judge's Inductor cache (INDUCTOR)
+    then holds them, and a later grade on this GPU with this torch, Triton and reference.py skips
+    the warm-up (a dozen processes of ~20 s each). Should the cache have been emptied since, the
+    timing phase compiles them itself (the first call is outside every timing either way)."""
+    b = exercise.benchmark
+    key = json.dumps([device, version("torch"), version("triton"), exercise.id, b.case, b.dtype,
+                      b.modes, b.baselines, b.grad_args])
+    digest = hashlib.sha256(key.encode() + (exercise.dir / "reference.py").read_bytes())
+    return WARM / f"{exercise.id}-{digest.hexdigest()[:16]}"

@@ -1,7 +1,7 @@
 """Import one Python file as a module, with a learner-readable error (file:line) on failure.
 
 Used for a submission's track module (grader.submission.loader) and an exercise's reference.py
-(grader.judge.reference); it imports no other grader module.
+(grader.common.reference); it imports no other grader module.
 """
 from __future__ import annotations
 

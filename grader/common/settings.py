@@ -32,9 +32,15 @@ class Settings:
     bench_repeats: int = 2         # make bench: times the graded case is measured
     first: tuple[str, ...] = ()    # checks run before the others (the watch loop: those that
     #                                failed last time), by name as the scorecard shows them
+    examples: str | None = None    # hypothesis' examples: None chooses by the machine and QUICK;
+    #                                "fixed" (the project's own tests): 6, the same every run
     signals: str = "auto"          # the submission's signal fence (grader.submission.sandbox): auto is
     #                                Landlock's scope where the kernel has it, else a seccomp
     #                                filter; seccomp: the filter even there (tests the fallback)
+
+    def check_limit(self, exercise) -> int:
+        """One check's time limit in seconds: the settings' or the exercise's."""
+        return int(self.check_timeout or exercise.test_timeout_s)
 
     def replace(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)

@@ -26,12 +26,12 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 # Nothing imported at the top imports torch: the submission's process starts first (below).
-from grader.run import launch  # noqa: E402
+from grader.common import events as ev  # noqa: E402
 from grader.common.discover import load_exercise  # noqa: E402
-from grader.run.launch import start_submission  # noqa: E402
 from grader.common.paths import EXERCISES, HYPOTHESIS, ROOT  # noqa: E402
-from grader.run.results import Recorder, crash_excerpt  # noqa: E402
+from grader.common.processes import crash_excerpt  # noqa: E402
 from grader.common.settings import current  # noqa: E402
+from grader.judge.spawn import Spawner  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -45,39 +45,40 @@ def main(argv=None) -> int:
                                              "exist before timing anything")
     p.add_argument("--scratch-in", type=Path, help="the folder to make the submission's "
                                                    "scratch folder in (the caller removes it)")
+    p.add_argument("--fork-via", type=int, help="a zygote's channel: fork the submission's "
+                                                "process through it (grader.run.zygote)")
     args = p.parse_args(argv)
-    if args.scratch_in is not None:
-        launch.SCRATCH_IN = str(args.scratch_in)
+    spawner = Spawner.from_args(args.scratch_in, args.fork_via)
     early = None
     if args.phase in ("checks", "bench") and not current().sanitize:
         # the submission's process starts now and imports its torch while this one imports its
         # own (torch is not imported yet here): 2-4 s less per track
-        early = start_submission(args.tree, args.exercise, args.track)
-    import torch
-    record = Recorder(args.events)
+        early = spawner.start(args.tree, args.exercise, args.track)
+    import torch  # after the early start (above)
+    record = ev.Recorder(args.events)
     exercise = load_exercise(EXERCISES / args.exercise)
     track = exercise.tracks[args.track]
-    record(event="judge", pid=os.getpid(), began=BEGAN,
-           gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-           torch=torch.__version__)
-    # the phases' modules import torch and pytest: imported here, after the early start
+    record(ev.JudgeStarted(pid=os.getpid(), began=BEGAN, torch=torch.__version__,
+                           gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None))
+    # each phase's modules import torch, pytest or Triton: imported here, after the early start
     if args.phase == "warm":  # no submission: compile the baselines ahead
         from grader.judge.baselines import warm_baselines
-        record(event="warm", seconds=warm_baselines(exercise))
+        record(ev.Warmed(seconds=warm_baselines(exercise)))
     elif args.phase == "sweep":  # make bench: every track of the tree, in processes of their own
-        from grader.tools.bench import bench_exercise
-        bench_exercise(args.tree.resolve(), exercise, record, repeats=current().bench_repeats)
+        from grader.judge.sweep import bench_exercise
+        bench_exercise(args.tree.resolve(), exercise, record, repeats=current().bench_repeats,
+                       spawner=spawner)
     else:
         if args.phase == "checks":  # read by the judge before any submission code runs
             from grader.judge.review import review_track  # standard library only: cheap
-            record(event="review", findings=[str(f) for f in review_track(
-                args.tree / exercise.id / track.name, list(track.files))])
-        _with_submission(args, exercise, track, record, early)
-    record(event="done")
+            record(ev.Review(findings=[str(f) for f in review_track(
+                args.tree / exercise.id / track.name, list(track.files))]))
+        _with_submission(args, exercise, track, record, early, spawner)
+    record(ev.Done())
     return 0
 
 
-def _with_submission(args, exercise, track, record, early) -> None:
+def _with_submission(args, exercise, track, record, early, spawner) -> None:
     """Phases checks and bench: open the submission's process, record its build, go on."""
     # hypothesis keeps what it stores (the constants it reads from source files) in the
     # grader's cache, not in a .hypothesis/ folder of the repository it runs in
@@ -87,29 +88,29 @@ def _with_submission(args, exercise, track, record, early) -> None:
     import _hypothesis_pytestplugin  # noqa: F401
     import pytest
     import pytest_timeout  # noqa: F401
-    from grader.judge import plugin
-    from grader.judge.proxy import SubmissionDied
     from grader.common.seam import start_sharing
-    plugin.PRESTARTED = early
+    from grader.judge.plugin import Grader
+    from grader.judge.proxy import SubmissionDied
+    grader = Grader(args.events, spawner, prestarted=early)
     start_sharing()  # while the submission's process loads the track
     # what was imported lives as long as the process: out of the collector's sight, so that a
     # full collection (Python's own, and pytest's at its end: 0.1-0.4 s each here) walks only
     # what the checks make
     gc.freeze()
     try:
-        session = plugin.open_session(args.tree, exercise, track)
+        session = grader.open_session(args.tree, exercise, track)
     except SubmissionDied as e:
-        record(event="build", ok=False, stage="import",
-               message=e.reason + (("\n" + crash_excerpt(e.log, 15)) if e.log.strip() else ""))
+        record(ev.Build(ok=False, stage="import", message=e.reason + (
+            ("\n" + crash_excerpt(e.log, 15)) if e.log.strip() else "")))
         return
     loaded = session.loaded
     if "error" in loaded:  # the load itself raised
         err = loaded["error"]
         loaded = {"built": False, "stage": "import",
                   "message": f"loading the track failed: {err.get('type')}: {err.get('message')}"}
-    record(event="build", ok=bool(loaded.get("built")), stage=loaded.get("stage"),
-           message=loaded.get("message", ""), seconds=loaded.get("seconds"),
-           rebuilt=loaded.get("rebuilt"), sandbox=loaded.get("sandbox"))
+    record(ev.Build(ok=bool(loaded.get("built")), stage=loaded.get("stage"),
+                    message=loaded.get("message", ""), seconds=loaded.get("seconds"),
+                    rebuilt=loaded.get("rebuilt"), sandbox=loaded.get("sandbox")))
     if not loaded.get("built"):
         session.close()
         return
@@ -119,13 +120,13 @@ def _with_submission(args, exercise, track, record, early) -> None:
         prepared = None
         if args.gate is not None:  # started ahead: another track may be timing right now
             prepared = prepare_performance(exercise)  # CPU only: no kernel runs before the gate
-            record(event="ready")
+            record(ev.Ready())
             while not args.gate.exists():
                 time.sleep(0.01)
-            record(event="gate")
+            record(ev.Gate())
         grade_performance(exercise, track, session, record, prepared)
         if session.attempts:  # the repository written, or the evidence redirected, while timed
-            record(event="tampering", paths=session.attempts)
+            record(ev.Tampering(paths=list(session.attempts)))
         session.close()
         return
     select = current().select  # a pytest -k expression: the project's own tests
@@ -136,11 +137,10 @@ def _with_submission(args, exercise, track, record, early) -> None:
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     code = pytest.main([str(exercise.dir), "-p", "_hypothesis_pytestplugin", "-p",
                         "pytest_timeout", "-p", "grader.judge.plugin", "--tree", str(args.tree),
-                        "--track", track.name, "--events", args.events, "--rootdir", str(ROOT),
-                        "-q", "--no-header", "-p", "no:cacheprovider", "-rN", "--tb=short",
-                        "--assert=plain"]
-                       + (["-k", select] if select else []))
-    record(event="checks", exit_code=int(code))
+                        "--track", track.name, "--rootdir", str(ROOT), "-q", "--no-header",
+                        "-p", "no:cacheprovider", "-rN", "--tb=short", "--assert=plain"]
+                       + (["-k", select] if select else []), plugins=[grader])
+    record(ev.ChecksExited(exit_code=int(code)))
     session.close()
 
 

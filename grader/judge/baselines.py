@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from grader.judge.cases import dy_for, fresh_seed, make_inputs
-from grader.common.paths import BASELINES, WARM
-from grader.judge.reference import load_reference
+from grader.common.paths import BASELINES, warm_marker
+from grader.common.reference import load_reference
 from grader.common.settings import current
 from grader.common.timing import host_ms, make_step, time_step
 
@@ -90,20 +90,6 @@ def time_baselines(exercise, ref, case, mode, fns, *, graded=True) -> dict:
             out[name] = {"error": f"failed: {type(e).__name__}: {str(e)[:200]}"}
         torch.cuda.synchronize()
     return out
-
-
-def warm_marker(exercise, device: str) -> Path:
-    """The file warm_baselines leaves when every compiled baseline of the exercise compiled and
-    ran: the judge's Inductor cache (grader.common.paths.INDUCTOR) then holds them, and a
-    later grade on this GPU with this torch, Triton and reference.py skips the warm-up (a dozen
-    processes of ~20 s each). Should the cache have been emptied since, the timing phase
-    compiles them itself (the first call is outside every timing either way)."""
-    from importlib.metadata import version
-    b = exercise.benchmark
-    key = json.dumps([device, version("torch"), version("triton"), exercise.id, b.case, b.dtype,
-                      b.modes, b.baselines, b.grad_args])
-    digest = hashlib.sha256(key.encode() + (exercise.dir / "reference.py").read_bytes())
-    return WARM / f"{exercise.id}-{digest.hexdigest()[:16]}"
 
 
 def warm_baselines(exercise) -> float:

@@ -11,13 +11,13 @@ import re
 
 import torch
 
+from grader.common.errors import Mismatch
 from grader.common.seam import shares_memory
 
+__all__ = ["Mismatch", "assert_close", "call_checked", "expect_refusal", "names_argument",
+           "note_call"]
+
 MAX_SHOWN = 5
-
-
-class Mismatch(AssertionError):
-    """A check failed; the message is written for the learner."""
 
 
 # The tensor arguments of the op's latest call in this check (set by the proxy on each call,

@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import time
 
+from grader.common import events as ev
 from grader.judge.baselines import baseline_times, prepare_performance
 from grader.judge.cases import dy_for, fresh_seed, make_inputs, nbytes
 from grader.common.paths import CEILINGS as CEILING_CACHE
 from grader.judge.proxy import SubmissionDied, raise_remote, remote_call
 from grader.common.seam import transfer_copy, tree_map
 from grader.judge.testing import expected_grads, float64
-from grader.common.timing import CEILINGS, measure_ceilings, rate
+from grader.common.ceilings import CEILINGS, rate
+from grader.judge.ceilings import measure_ceilings
 from grader.common.trust import Delegation, SideStream
 
 # wall clock per call over the reported time that is believed: replays are launched in a few us
@@ -258,7 +260,7 @@ def grade_performance(exercise, track, session, record, prepared: tuple | None =
     if b is None:
         return
     if not torch.cuda.is_available():
-        record(event="performance", status="needs a GPU")
+        record(ev.Performance(status="needs a GPU"))
         return
     began = time.perf_counter()
     stage = lambda what: print(f"[timing] {what}: {time.perf_counter() - began:.1f} s",
@@ -293,8 +295,9 @@ def grade_performance(exercise, track, session, record, prepared: tuple | None =
             break
     c = CEILINGS[b.ceiling]
     # figures only: the credit they earn is grader.run.score's, in the parent
-    record(event="performance", status="measured" if figures else "rejected",
-           case=b.case, dtype=b.dtype, ceiling_name=c.label, ceiling_unit=c.unit,
-           ceiling_value=ceilings[b.ceiling], figures=figures, problem=problem,
-           warnings=[w for f in figures.values() for w in f.get("warnings", [])] +
-           ([f"no performance credit: {problem}"] if problem else []))
+    record(ev.Performance(
+        status="measured" if figures else "rejected", case=b.case, dtype=b.dtype,
+        ceiling_name=c.label, ceiling_unit=c.unit, ceiling_value=ceilings[b.ceiling],
+        figures=figures, problem=problem,
+        warnings=[w for f in figures.values() for w in f.get("warnings", [])] +
+        ([f"no performance credit: {problem}"] if problem else [])))

@@ -28,8 +28,8 @@ import torch
 
 from grader.common import seam, trust
 from grader.judge.check import Mismatch, note_call
-from grader.run.launch import key, start_submission
-from grader.run.results import describe_exit
+from grader.common.processes import describe_exit
+from grader.judge.spawn import Spawner, key
 from grader.common.settings import current
 
 _BUILTIN = {c.__name__: c for c in (NotImplementedError, ValueError, TypeError, IndexError,
@@ -65,7 +65,7 @@ class Session:
     """The submission's process for one (tree, exercise, track), and what it reported so far."""
 
     def __init__(self, tree: Path, exercise, track, *, timeout_s: float = 600, protect=(),
-                 started=None):
+                 started=None, spawner: Spawner = Spawner()):
         self.exercise, self.track = exercise, track
         self.tree = Path(tree).resolve()
         self.timeout_s = timeout_s
@@ -78,16 +78,15 @@ class Session:
         self._release: list[int] = []  # graphs the judge no longer holds: freed with the next request
         tool = current().sanitize  # memcheck, racecheck, initcheck, synccheck
         self.sanitizer = sanitizer_command(tool) if tool else None
-        # A process the judge started before importing torch (grader.run.launch) is adopted when it
+        # A process the judge started before importing torch (grader.judge) is adopted when it
         # was started for exactly this; under a sanitizer the command differs: start afresh.
         if started is not None and (tool or started.key != key(
                 self.tree, exercise.id, track.name, protect)):
             _kill(started.proc)
             started = None
         if started is None:
-            started = start_submission(self.tree, exercise.id, track.name, protect,
-                                       self.sanitizer if isinstance(self.sanitizer, list)
-                                       else None)
+            started = spawner.start(self.tree, exercise.id, track.name, protect,
+                                    self.sanitizer if isinstance(self.sanitizer, list) else None)
         self.proc, self.conn = started.proc, started.conn
         self.scratch, self.log_path = started.scratch, started.log_path
         weakref.finalize(self, _kill, self.proc)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -21,19 +23,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.run import launch
-from grader.submission.aot import aot_dir, build_aot
-from grader.submission.build import start_pch
-from grader.submission.build_errors import BuildError
+from grader.common import events as ev
 from grader.common.discover import Exercise, Track
-from grader.run.gradescope import gradescope, junit, write_json
-from grader.common.paths import DURATIONS, ROOT
-from grader.run.report import feedback, machine, scorecard
-from grader.run.results import TrackResult
-from grader.submission.sandbox import landlock_available
-from grader.run.score import Score, score
+from grader.common.machine import driver_loaded, landlock_available
+from grader.common.paths import DURATIONS, ROOT, aot_dir, warm_marker
+from grader.common.processes import child_env, short_tempdir
 from grader.common.settings import Settings, from_environment
-from grader.run.tracks import Prepared, check_track, run_judge, time_track, timeable
+from grader.run.follow import Follower
+from grader.run.gradescope import gradescope, junit, write_json
+from grader.run.report import feedback, machine, scorecard
+from grader.run.results import Phase, TrackResult, track_result
+from grader.run.score import Score, score
+from grader.run.tracks import Judges, Prepared, timeable
+from grader.run.zygotes import ZygoteError, start_zygotes
 
 WARM_JOBS = 3  # exercises whose baselines compile at once beside the checks (CPU-heavy)
 FORK_AT = 2  # tracks in one grade from which, on a machine without a GPU, its processes are
@@ -52,6 +54,8 @@ class Submission:
     settings: Settings = field(default_factory=Settings)
     bench: bool = True          # time the tracks (where there is a GPU)
     jobs: int = 0               # tracks checked at once (0: half the cores)
+    forker: object = field(default=None, compare=False)  # fork the grade's processes through
+    #                             it (grader.common.forking: the watch loop's zygotes)
 
     def pairs(self) -> list[tuple[Exercise, Track]]:
         return [(ex, t) for ex in self.exercises for t in ex.tracks.values()
@@ -72,58 +76,63 @@ class Grade:
 
 
 def grade(sub: Submission, progress=None) -> Grade:
-    """discover (done: `sub.exercises`) -> build -> check -> time -> score."""
+    """discover (done: `sub.exercises`) -> build -> check -> time -> score. `progress`: the
+    display (grader.run.progress), a subscriber of the judges' events like the orchestrator."""
     start = time.perf_counter()
-    launch.short_tempdir()
+    short_tempdir()
     tree, settings = Path(sub.tree).resolve(), sub.settings
     pairs = sub.pairs()
     jobs = _jobs(sub.jobs, len(pairs))
     # each checking process's share of the cores for torch's CPU ops (grader.run.launch)
     settings = settings.replace(check_threads=max(1, (os.cpu_count() or 2) // jobs))
-    results: dict[tuple, TrackResult] = {}
-    if settings.build == "jit":  # the bindings' precompiled header, made beside the checks
-        start_pch([t for _, t in pairs])
-    with _forking(pairs, settings, progress), ThreadPoolExecutor(jobs) as pool, \
-            ThreadPoolExecutor(WARM_JOBS) as warming:
-        todo = {pool.submit(_check, tree, ex, t, settings, progress): (ex, t)
+    if settings.build == "jit" and any(s.endswith(".cpp") for _, t in pairs for s in t.sources):
+        _start_pch()
+    say = progress.print if progress is not None else (lambda text: None)
+    ahead = _Ahead()
+    with Follower() as follower, _forking(sub.forker, pairs, settings, say) as forker, \
+            ThreadPoolExecutor(jobs) as pool, ThreadPoolExecutor(WARM_JOBS) as warming, \
+            tempfile.TemporaryDirectory(prefix="grader-run-") as run_cache:
+        for subscriber in ([progress.on_event] if progress is not None else []) + [ahead.on_event]:
+            follower.subscribe(subscriber)
+        checking = Judges(tree, settings, follower, forker)
+        todo = {pool.submit(_check, checking, ex, t, say): (ex, t)
                 for ex, t in _longest_first(pairs)}
         gpu = _gpu_name()  # here, while the judges start
         bench = sub.bench and gpu is not None
-        with tempfile.TemporaryDirectory(prefix="grader-run-") as run_cache:
-            if bench and not settings.quick and landlock_available():
-                # the tracks of one exercise share one baseline measurement (the judge writes
-                # it; a sandboxed submission cannot): grader.judge.baselines.baseline_times. A batch
-                # passes its own folder: the whole class on one GPU shares one measurement
-                settings = settings.replace(run_cache=settings.run_cache or run_cache)
-            warm = [warming.submit(_warm, tree, ex, gpu, settings) for ex in sub.exercises
-                    if bench and ex.benchmark]
-            ahead = bench and landlock_available()
-            prepared: dict[tuple, Prepared] = {}
-            early = threading.Thread(target=_prepare_first, daemon=True, args=(
-                tree, pairs, todo, settings, progress, prepared)) if ahead else None
-            if early is not None:
-                early.start()
-            for done in as_completed(todo):
-                ex, t = todo[done]
-                r = results[(ex.id, t.name)] = done.result()
-                _durations({f"{ex.id}/{t.name}": time.perf_counter() - start})
-                _say(progress, f"checked {ex.id} [{t.name}]: {r.count('correctness', 'passed')}/"
-                               f"{r.total('correctness')} correctness checks passed "
-                               f"({time.perf_counter() - start:.0f} s)")
-            for w in warm:
-                w.result()
-            if early is not None:
-                early.join()
-            if warm:
-                _say(progress, f"baselines compiled ahead ({time.perf_counter() - start:.0f} s)")
-            try:
-                _time_all(tree, pairs, results, gpu, bench, ahead, prepared, settings, progress,
-                          start)
-            finally:
-                for p in prepared.values():  # a timing that raised: no judge left at its gate
-                    p.cancel()
-    rows = [(ex, results[(ex.id, t.name)], score(ex, results[(ex.id, t.name)]))
-            for ex, t in pairs]
+        if bench and not settings.quick and landlock_available():
+            # the tracks of one exercise share one baseline measurement (the judge writes it; a
+            # sandboxed submission cannot): grader.judge.baselines.baseline_times. A batch
+            # passes its own folder: the whole class on one GPU shares one measurement
+            settings = settings.replace(run_cache=settings.run_cache or run_cache)
+        judges = Judges(tree, settings, follower, forker)
+        if bench and landlock_available():  # no snapshot to take around a judge started ahead
+            ahead.start(judges, [(ex, t) for ex, t in pairs if ex.benchmark is not None])
+        warm = [warming.submit(_warm, judges, ex, gpu) for ex in sub.exercises
+                if bench and ex.benchmark]
+        checked: dict[tuple, Phase] = {}
+        for done in as_completed(todo):
+            ex, t = todo[done]
+            phase = checked[(ex.id, t.name)] = done.result()
+            _durations({f"{ex.id}/{t.name}": time.perf_counter() - start})
+            r = track_result(ex.id, t.name, str(tree), phase)
+            say(f"checked {ex.id} [{t.name}]: {r.count('correctness', 'passed')}/"
+                f"{r.total('correctness')} correctness checks passed "
+                f"({time.perf_counter() - start:.0f} s)")
+        for w in warm:
+            w.result()
+        if warm:
+            say(f"baselines compiled ahead ({time.perf_counter() - start:.0f} s)")
+        try:
+            timed = _time_all(judges, pairs, checked, bench, ahead, say, start)
+        finally:
+            ahead.cancel()  # a timing that raised: no judge left at its gate
+    rows = []
+    for ex, t in pairs:
+        phase = checked[(ex.id, t.name)]
+        status = None if (ex.id, t.name) in timed or ex.benchmark is None or bench else \
+            {"status": "needs a GPU" if gpu is None else "not measured"}
+        r = track_result(ex.id, t.name, str(tree), phase, timed.get((ex.id, t.name)), status)
+        rows.append((ex, r, score(ex, r)))
     return Grade(tree, rows, time.perf_counter() - start, gpu)
 
 
@@ -136,52 +145,40 @@ def grade_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = F
     return grade(sub).rows[0][1]
 
 
-# What the NVIDIA driver shows where it is loaded (WSL: /dev/dxg); without any of them
-# torch.cuda.is_available() is False whatever torch says
-DRIVER = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
-
-
 def _gpu_name() -> str | None:
     """This machine's GPU, or None. torch is imported only where a driver is loaded: on a
     machine without one, importing it here only to hear "no" cost 1.3 s of CPU, competing with
     the judge's and the submission's own imports (~0.7 s of a one-exercise grade on 2 cores)."""
-    if not _driver_loaded():
+    if not driver_loaded():
         return None
-    import torch  # 2-3 s, overlapping the judges' start
+    import torch  # only where a driver is loaded (above): 2-3 s, beside the judges' start
     return torch.cuda.get_device_name() if torch.cuda.is_available() else None
 
 
 @contextmanager
-def _forking(pairs, settings: Settings, progress):
-    """Where this machine has no GPU, a grade of several tracks forks its processes (a judge
-    and a submission's process per track) from two zygotes that have imported torch, triton and
-    pytest once (grader.run.zygote, as the watch loop does), instead of starting each afresh: on 2
-    cores those imports were most of the CPU time of `make grade` of starter/ (30 processes,
-    ~2 CPU s each). Not inside the watch loop (its own zygotes), not for one track (nothing to
-    share), and not on a GPU machine, where a grade's processes start as before. A zygote that
-    refuses to serve only means the processes start afresh."""
-    from grader.run import zygote
-    if launch.FORKER is not None or len(pairs) < FORK_AT or _driver_loaded():
-        yield
+def _forking(forker, pairs, settings: Settings, say):
+    """The forker the grade's processes start through: the caller's (the watch loop's zygotes),
+    or, where this machine has no GPU and the grade has several tracks, two zygotes of the
+    grade's own that have imported torch, triton and pytest once (grader.run.zygote), instead of
+    starting each process afresh: on 2 cores those imports were most of the CPU time of
+    `make grade` of starter/ (30 processes, ~2 CPU s each). Not for one track (nothing to share),
+    and not on a GPU machine, where a grade's processes start as before. A zygote that refuses to
+    serve only means the processes start afresh."""
+    if forker is not None or len(pairs) < FORK_AT or driver_loaded():
+        yield forker
         return
     with tempfile.TemporaryDirectory(prefix="grader-zygotes-") as folder:
         try:
-            zygotes = zygote.start_zygotes(settings, False, Path(folder))
-        except zygote.ZygoteError as e:
-            _say(progress, f"grade: {e}; every process starts afresh instead")
-            yield
+            zygotes = start_zygotes(settings, False, Path(folder))
+        except ZygoteError as e:
+            say(f"grade: {e}; every process starts afresh instead")
+            yield None
             return
-        launch.FORKER = zygotes[0].forker()
         try:
-            yield
+            yield zygotes[0].forker()
         finally:
-            launch.FORKER = None
             for z in zygotes:
                 z.stop()
-
-
-def _driver_loaded() -> bool:
-    return any(os.path.exists(p) for p in DRIVER)
 
 
 def _jobs(asked: int, n: int) -> int:
@@ -194,11 +191,6 @@ def _jobs(asked: int, n: int) -> int:
     if not landlock_available():
         return 1
     return max(1, min(n, asked or max(2, (os.cpu_count() or 2) // 2)))
-
-
-def _say(progress, text: str) -> None:
-    if progress is not None:
-        progress.print(text)
 
 
 def _durations(record: dict | None = None) -> dict:
@@ -234,79 +226,131 @@ def _build_weight(track: Track) -> int:
     return 2 if track.headers or track.python_module else 1
 
 
-def _check(tree, ex, t, settings, progress):
-    if t.sources and settings.build == "aot":
-        _build_ahead(tree, ex, t, progress)
-    return check_track(tree, ex, t, settings, progress=progress)
+def _start_pch() -> None:
+    """The bindings' precompiled header, made beside the checks by a child of its own
+    (grader.submission.pch); its first line comes once it holds the lock the builds wait on
+    (or knows there is nothing to make), before any judge starts."""
+    child = subprocess.Popen([sys.executable, "-m", "grader.submission.pch"], cwd=ROOT,
+                             env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    child.stdout.readline()
+    child.stdout.close()
 
 
-def _build_ahead(tree, ex, t, progress) -> None:
-    """With --build aot, build the track's library here, before its checks: the submission's
-    process then only loads the binary (it may not write the AOT folder). A failed build is
-    recorded beside it, and that process reports it as the track's build failure."""
-    try:
-        m = build_aot(tree, ex, t)
-    except BuildError:
-        _say(progress, f"built ahead of time {ex.id} [{t.name}]: failed (see the scorecard)")
+def _check(judges: Judges, ex, t, say) -> Phase:
+    if t.sources and judges.settings.build == "aot":
+        _build_ahead(judges, ex, t, say)
+    return judges.check(ex, t)
+
+
+def _build_ahead(judges: Judges, ex, t, say) -> None:
+    """With --build aot, build the track's library before its checks, in a process of its own
+    (grader.submission.aot): the submission's process then only loads the binary (it may not
+    write the AOT folder). A failed build is recorded beside it, and that process reports it
+    as the track's build failure."""
+    tree = judges.tree
+    run = subprocess.run([sys.executable, "-m", "grader.submission.aot", "--tree", str(tree),
+                          "--exercise", ex.id, "--track", t.name], cwd=ROOT,
+                         env=child_env(judges.settings), capture_output=True, text=True)
+    lines = run.stdout.strip().splitlines()
+    m = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {
+        "error": run.stderr[-500:] or "no manifest"}
+    if "error" in m or not m.get("ok"):
+        say(f"built ahead of time {ex.id} [{t.name}]: failed (see the scorecard)")
         return
-    where = aot_dir(tree, ex, t) / m["library"]
+    where = aot_dir(tree, ex.id, t.name) / m["library"]
     where = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
     state = f"built in {m['seconds']:.0f} s" if m.get("fresh") else "up to date"
-    _say(progress, f"built ahead of time {ex.id} [{t.name}]: {where} ({state}, torch "
-                   f"{m['torch']}, TORCH_CUDA_ARCH_LIST={m['arch_list']})")
+    say(f"built ahead of time {ex.id} [{t.name}]: {where} ({state}, torch {m['torch']}, "
+        f"TORCH_CUDA_ARCH_LIST={m['arch_list']})")
 
 
-def _warm(tree, ex, gpu: str, settings: Settings) -> None:
+def _warm(judges: Judges, ex, gpu: str) -> None:
     """The exercise's compiled baselines, compiled ahead in a judge without a submission
-    (grader.judge.baselines.warm_baselines). A failure only means the timing phase compiles; compiled
-    already on this GPU (the warm marker), or QUICK (the baselines' times come from a cache):
-    nothing to do."""
-    from grader.judge.baselines import warm_marker  # imports torch: only where there is a GPU
+    (grader.judge.baselines.warm_baselines). A failure only means the timing phase compiles;
+    compiled already on this GPU (the warm marker), or QUICK (the baselines' times come from a
+    cache): nothing to do."""
     if not any(n == "compile" or n.startswith("compile:") for n in ex.benchmark.baselines):
         return
-    if settings.quick or warm_marker(ex, gpu).exists():
+    if judges.settings.quick or warm_marker(ex, gpu).exists():
         return
-    run_judge(tree, ex, next(iter(ex.tracks.values())), "warm", settings,
-              min(ex.timeout_s, 600))
+    judges.run(ex, next(iter(ex.tracks.values())), "warm", min(ex.timeout_s, 600))
 
 
-def _prepare_first(tree, pairs, todo, settings, progress, prepared) -> None:
-    """Start the first timings' judges (the first 1 + AHEAD) once each track's checks have
-    loaded its build: their process starts, torch imports, track loads and the baselines'
-    callables (~10 s each on a GPU host) then overlap the checks instead of following them. A
-    track that turns out not timeable has it cancelled (grader.run.tracks.time_track)."""
-    for ex, t in [p for p in pairs if p[0].benchmark is not None][:1 + AHEAD]:
-        check = next(f for f, pair in todo.items() if pair == (ex, t))
-        label = f"{ex.id} [{t.name}]"
-        while not check.done() and not (progress is not None and progress.loaded(label)):
-            time.sleep(0.1)
-        if check.done() and check.exception() is not None:
-            continue
-        prepared[(ex.id, t.name)] = Prepared(tree, ex, t, settings)
+class _Ahead:
+    """Timing judges started ahead of their turn, each waiting at its gate: the first 1 + AHEAD
+    timed tracks' once their checks have loaded the build (told by the checks' `Build` event:
+    their process start, torch import, track load and the baselines' callables, ~10 s each on a
+    GPU host, then overlap the checks instead of following them), and while one track times,
+    the next AHEAD. One that turns out not to be timed is cancelled."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.judges: Judges | None = None
+        self.first: dict[str, tuple] = {}      # label -> (exercise, track): prepared on load
+        self.loaded: set[str] = set()          # labels whose checks reported their build
+        self.prepared: dict[str, Prepared] = {}
+
+    def on_event(self, label: str, phase: str, event) -> None:
+        if phase == "checks" and isinstance(event, ev.Build) and event.ok:
+            with self.lock:
+                self.loaded.add(label)
+                if label in self.first:
+                    self._prepare(label, *self.first[label])
+
+    def start(self, judges: Judges, candidates) -> None:
+        with self.lock:
+            self.judges = judges
+            self.first = {_label(ex, t): (ex, t) for ex, t in candidates[:1 + AHEAD]}
+            for label in self.loaded & set(self.first):
+                self._prepare(label, *self.first[label])
+
+    def ensure(self, pairs) -> None:
+        with self.lock:
+            for ex, t in pairs:
+                self._prepare(_label(ex, t), ex, t)
+
+    def drop(self, keep) -> None:
+        with self.lock:
+            for label in set(self.prepared) - {_label(ex, t) for ex, t in keep}:
+                self.prepared.pop(label).cancel()
+
+    def take(self, ex, t) -> Prepared | None:
+        with self.lock:
+            return self.prepared.pop(_label(ex, t), None)
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.judges = None  # nothing is started after this
+            for p in self.prepared.values():
+                p.cancel()
+            self.prepared.clear()
+
+    def _prepare(self, label, ex, t) -> None:
+        if self.judges is not None and label not in self.prepared:
+            self.prepared[label] = Prepared(self.judges, ex, t)
 
 
-def _time_all(tree, pairs, results, gpu, bench, ahead, prepared, settings, progress,
-                          start) -> None:
-    """Each timing alone on the GPU, in exercise order; with `ahead`, the next AHEAD tracks'
-    judges are started while this one times (each waits at its gate)."""
-    timed = [(ex, t) for ex, t in pairs if bench and timeable(ex, results[(ex.id, t.name)])]
-    for ex, t in pairs:
-        r = results[(ex.id, t.name)]
-        if not bench:
-            if ex.benchmark is not None and r.performance is None:
-                r.performance = {"status": "needs a GPU" if gpu is None else "not measured"}
-            continue
+def _label(ex, t) -> str:
+    return f"{ex.id} [{t.name}]"
+
+
+def _time_all(judges: Judges, pairs, checked, bench, ahead: _Ahead, say, start) -> dict:
+    """Each timing alone on the GPU, in exercise order, the next AHEAD tracks' judges started
+    while one times (each waits at its gate); the timing phases by (exercise id, track)."""
+    if not bench:
+        return {}
+    order = [(ex, t) for ex, t in pairs if timeable(ex, checked[(ex.id, t.name)])]
+    ahead.drop(keep=order)  # tracks that turned out not to be timed
+    timed = {}
+    for k, (ex, t) in enumerate(order):
         began = time.perf_counter()
-        k = timed.index((ex, t)) if (ex, t) in timed else -1
-        if ahead and k >= 0:
-            for nex, nt in timed[k:k + 1 + AHEAD]:
-                if (nex.id, nt.name) not in prepared:
-                    prepared[(nex.id, nt.name)] = Prepared(tree, nex, nt, settings)
-        time_track(tree, ex, t, r, settings, progress=progress,
-                   prepared=prepared.pop((ex.id, t.name), None))
-        if k >= 0:
-            _say(progress, f"timed {ex.id} [{t.name}] in {time.perf_counter() - began:.0f} s "
-                           f"({time.perf_counter() - start:.0f} s)")
+        if ahead.judges is not None:
+            ahead.ensure(order[k:k + 1 + AHEAD])
+        timed[(ex.id, t.name)] = judges.time(ex, t, ahead.take(ex, t))
+        say(f"timed {ex.id} [{t.name}] in {time.perf_counter() - began:.0f} s "
+            f"({time.perf_counter() - start:.0f} s)")
+    return timed
 
 
 def write_reports(grade: Grade, *, full: bool, repro: str | None = None, json_path=None,

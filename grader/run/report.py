@@ -11,7 +11,6 @@ import textwrap
 from pathlib import Path
 
 from grader.common.discover import Exercise
-from grader.common.paths import ROOT
 from grader.run.results import TrackResult
 from grader.run.score import Score
 

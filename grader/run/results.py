@@ -1,19 +1,20 @@
-"""Results: what grading one track found, rebuilt from the judge's event log.
+"""Results: what grading one track found, built once from its judges' event logs.
 
-The judge (grader.judge) appends JSON lines (build, collected, start, result, checks, performance, done);
-`from_events` turns them, plus how the process ended, into a `TrackResult`. A check that was
-started and never reported is the one that crashed or hung; checks never started are "not run".
+The judges (grader.judge) write typed events (grader.common.events); `from_events` turns a
+phase's events, plus how its process ended, into a `Phase`, and `track_result` the phases of one
+track (its checks, and its timing if it was timed) into its `TrackResult`, which nothing changes
+afterwards. A check that was started and never reported is the one that crashed or hung; checks
+never started are "not run".
 """
 from __future__ import annotations
 
-import json
-import signal
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from grader.common import events as ev
+from grader.common.processes import crash_excerpt, describe_exit
 
 
-@dataclass
+@dataclass(frozen=True)
 class Check:
     name: str
     category: str                 # "correctness" or "gradcheck"
@@ -33,23 +34,22 @@ class Check:
                                   self.hint and f"hint: {self.hint}") if line]
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrackResult:
     exercise: str                 # "02_scale"
     track: str
     tree: str
     build: dict = field(default_factory=dict)   # ok, stage, seconds, rebuilt, message
-    checks: list = field(default_factory=list)  # [Check]
+    checks: tuple = ()                          # (Check, ...)
     ended: str = ""               # "" when the judge finished; else why it did not
     stopped: str = ""             # the checks stopped early (a broken CUDA context)
     performance: dict | None = None
     gpu: str | None = None
     log_tail: str = ""
-    tampering: list = field(default_factory=list)  # repository files the submission changed
-                                                   # or tried to write
+    tampering: tuple = ()         # repository files the submission changed or tried to write
     sanitizer: dict | None = None  # SANITIZE=tool: {"tool", "findings" or "unavailable"}
-    review: list = field(default_factory=list)  # "file:line: what" an honest kernel never does
-    #                                             (grader.judge.review): the track needs review
+    review: tuple = ()            # "file:line: what" an honest kernel never does
+    #                               (grader.judge.review): the track needs review
 
     def count(self, category: str, outcome: str) -> int:
         return sum(c.category == category and c.outcome == outcome for c in self.checks)
@@ -71,128 +71,100 @@ class TrackResult:
         return bool(ran) and all(c.outcome == "failed" and c.not_implemented for c in ran)
 
 
-class Recorder:
-    """Appends events as JSON lines, flushed at once: a crash loses nothing already said (what a
-    killed process wrote is the kernel's; an fsync, which only a crash of the machine needs,
-    cost 3 ms an event here, 0.25 s of a make exercise-05)."""
+@dataclass(frozen=True)
+class Phase:
+    """What one judge phase left: its events, and how its process ended."""
+    events: tuple
+    returncode: int | None = 0
+    timed_out: float | None = None
+    log: str = ""
+    restored: tuple = ()  # repository files changed and restored around it (no Landlock)
 
-    def __init__(self, path):
-        self.file = open(path, "a", buffering=1) if path else None
+    @property
+    def ended(self) -> str:
+        """"" when the judge finished its phase; else why it did not."""
+        said = next((e.reason for e in self.events if isinstance(e, ev.Ended)), "")
+        if said or any(isinstance(e, ev.Done) for e in self.events):
+            return said
+        return (describe_exit(self.returncode, self.timed_out, self.log)
+                or "the judge stopped before finishing")
 
-    def __call__(self, **event):
-        if self.file:
-            event.setdefault("t", round(time.time(), 3))  # when: where a grade's seconds go
-            self.file.write(json.dumps(event) + "\n")
-            self.file.flush()
+    @property
+    def built(self) -> bool:
+        return any(isinstance(e, ev.Build) and e.ok for e in self.events)
 
-
-def read_events(path: Path) -> list[dict]:
-    events = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass  # a line cut off by a crash
-    return events
-
-
-def describe_exit(returncode: int | None, timed_out: float | None, log: str) -> str:
-    if timed_out is not None:
-        return f"timed out: the track did not finish within its {timed_out:.0f} s limit"
-    if "+ Timeout +" in log:
-        return "timed out: a check ran past its time limit (an infinite loop or a hung kernel?)"
-    if returncode is None or returncode == 0:
-        return ""
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        what = {"SIGSEGV": "a segmentation fault", "SIGABRT": "an abort",
-                "SIGKILL": "killed (out of memory?)", "SIGFPE": "a floating-point exception",
-                "SIGBUS": "a bus error"}.get(name, name)
-        return f"crashed: {what} ({name})"
-    return f"the process exited early with code {returncode}"
+    @property
+    def tampering(self) -> tuple:
+        seen = [p for e in self.events if isinstance(e, ev.Tampering) for p in e.paths]
+        seen += [f"changed {p} (restored)" for p in self.restored]
+        return tuple(dict.fromkeys(seen))
 
 
-def crash_excerpt(log: str, limit: int = 30) -> str:
-    """What a learner needs from a dead judge's output: the fatal error and the innermost
-    frames of the thread that died (faulthandler prints them), else the log's last lines."""
-    lines = log.splitlines()
-    fatal = next((i for i, l in enumerate(lines) if l.startswith(("Fatal Python error", "+++"))), None)
-    if fatal is None:
-        return "\n".join(lines[-limit:])
-    current = next((i for i in range(fatal, len(lines)) if lines[i].startswith("Current thread")),
-                   fatal + 1)
-    block = [lines[fatal]]
-    for l in lines[current:]:
-        if l.startswith("Extension modules") or (len(block) > 2 and not l.strip()):
-            break
-        if "pluggy" not in l and "_pytest" not in l:  # pytest's plumbing tells nothing
-            block.append(l)
-    return "\n".join(block[:limit])
+def _failure(e: ev.Result) -> dict:
+    parts = [e.message] + list(e.notes)
+    if e.phase not in (None, "call"):
+        parts[0] = f"[in {e.phase}] {parts[0]}"
+    return {"outcome": "crashed" if e.crashed else "failed",
+            "message": "\n".join(p for p in parts if p), "where": e.where,
+            "example": e.example, "repro": e.repro, "hint": e.hint,
+            "not_implemented": bool(e.not_implemented)}
 
 
-def from_events(events: list[dict], *, exercise: str, track: str, tree: str,
-                returncode: int | None = 0, timed_out: float | None = None,
-                log: str = "") -> TrackResult:
-    result = TrackResult(exercise=exercise, track=track, tree=tree)
-    checks: dict[str, Check] = {}
+def _checks(phase: Phase, ended: str) -> tuple:
+    """The checks as collected, each with its outcome (results of several pytest phases of one
+    check: a failure anywhere is its outcome)."""
+    checks: dict[str, dict] = {}
     started: set[str] = set()
-    finished = False
-    ended = ""
-    for e in events:
-        kind = e.get("event")
-        if kind == "judge":
-            result.gpu = e.get("gpu")
-        elif kind == "build":
-            result.build = {k: v for k, v in e.items() if k not in ("event", "t")}
-        elif kind == "collected":
-            checks = {t["id"]: Check(t["name"], t["category"], "not run") for t in e["tests"]}
-        elif kind == "start":
-            started.add(e["test"])
-        elif kind == "result" and e["test"] in checks:
-            c = checks[e["test"]]
-            c.seconds += e.get("seconds") or 0.0
-            if e["outcome"] == "skipped":
-                c.outcome = ("needs a GPU" if e.get("reason", "").startswith("needs a GPU")
-                             else "skipped")
-                c.message = e.get("reason", "")
-            elif e["outcome"] == "passed" and c.outcome != "failed":
-                c.outcome = "passed"
-            elif e["outcome"] == "failed":
-                c.outcome = "crashed" if e.get("crashed") else "failed"
-                parts = [e.get("message", "")] + e.get("notes", [])
-                if e.get("phase") not in (None, "call"):
-                    parts[0] = f"[in {e['phase']}] {parts[0]}"
-                c.message = "\n".join(p for p in parts if p)
-                c.where = e.get("where", "")
-                c.example, c.repro, c.hint = (e.get(k, "") for k in ("example", "repro", "hint"))
-                c.not_implemented = bool(e.get("not_implemented"))
-        elif kind == "finished" and e.get("stopped"):
-            result.stopped = e["stopped"]
-        elif kind == "ended":
-            ended = e.get("reason", "")
-            log = e.get("log", "") or log
-        elif kind == "sanitizer":
-            result.sanitizer = {k: v for k, v in e.items() if k not in ("event", "t")}
-        elif kind == "review":
-            result.review = list(e.get("findings") or [])
-        elif kind == "tampering":
-            result.tampering += [p for p in e.get("paths", []) if p not in result.tampering]
-        elif kind == "performance":
-            result.performance = {k: v for k, v in e.items() if k not in ("event", "t")}
-        elif kind == "done":
-            finished = True
-    result.ended = ended or ("" if finished else (describe_exit(returncode, timed_out, log)
-                                                  or "the judge stopped before finishing"))
-    if result.ended and result.build.get("ok"):
+    for e in phase.events:
+        if isinstance(e, ev.Collected):
+            checks = {t["id"]: {"name": t["name"], "category": t["category"],
+                                "outcome": "not run", "seconds": 0.0} for t in e.tests}
+        elif isinstance(e, ev.Start):
+            started.add(e.test)
+        elif isinstance(e, ev.Result) and e.test in checks:
+            c = checks[e.test]
+            c["seconds"] += e.seconds or 0.0
+            if e.outcome == "skipped":
+                c.update(outcome="needs a GPU" if e.reason.startswith("needs a GPU")
+                         else "skipped", message=e.reason)
+            elif e.outcome == "passed" and c["outcome"] != "failed":
+                c["outcome"] = "passed"
+            elif e.outcome == "failed":
+                c.update(_failure(e))
+    if ended and phase.built:  # the check that was running when the judge died
         for test_id in started:
             c = checks.get(test_id)
-            if c is not None and c.outcome == "not run":
-                c.outcome = "crashed"
-                c.message = result.ended
-    result.checks = list(checks.values())
-    result.log_tail = crash_excerpt(log)
-    return result
+            if c is not None and c["outcome"] == "not run":
+                c.update(outcome="crashed", message=ended)
+    return tuple(Check(**c) for c in checks.values())
+
+
+def track_result(exercise: str, track: str, tree: str, checks: Phase,
+                 timing: Phase | None = None, performance: dict | None = None) -> TrackResult:
+    """A track's result, built once: its checks' phase, and its timing's (`timing`, where it was
+    timed) or a performance status given instead (`performance`: needs a GPU, not measured)."""
+    last = lambda kind, phase: next((e for e in reversed(phase.events) if isinstance(e, kind)),
+                                    None)
+    ended = checks.ended
+    log = next((e.log for e in checks.events if isinstance(e, ev.Ended) and e.log), "") \
+        or checks.log
+    build, judge = last(ev.Build, checks), last(ev.JudgeStarted, checks)
+    finished, review = last(ev.Finished, checks), last(ev.Review, checks)
+    sanitizer = last(ev.Sanitizer, checks)
+    if timing is not None:
+        timed = last(ev.Performance, timing)
+        performance = timed.fields() if timed is not None else {
+            "status": f"not measured: the timing judge failed ({timing.ended or 'no result'})"}
+    else:
+        timed = last(ev.Performance, checks)  # a checks phase never times; kept if it did
+        performance = performance if timed is None else timed.fields()
+    tampering = checks.tampering + (timing.tampering if timing is not None else ())
+    return TrackResult(
+        exercise=exercise, track=track, tree=tree,
+        build=build.fields() if build is not None else {},
+        checks=_checks(checks, ended), ended=ended,
+        stopped=(finished.stopped or "") if finished is not None else "",
+        performance=performance, gpu=judge.gpu if judge is not None else None,
+        log_tail=crash_excerpt(log), tampering=tuple(dict.fromkeys(tampering)),
+        sanitizer=sanitizer.fields() if sanitizer is not None else None,
+        review=tuple(review.findings) if review is not None else ())

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from grader.common.discover import Exercise, Threshold
 from grader.run.results import TrackResult
-from grader.common.timing import CEILINGS
+from grader.common.ceilings import CEILINGS
 
 
 def credit(value: float | None, pass_at: float, full_at: float) -> float:

@@ -1,7 +1,7 @@
 """Zygote: a process that has imported what a judge, or a submission's process, imports (torch,
 triton, numpy, hypothesis, pytest, the grader's modules) and has never initialised CUDA, and that
 forks a fresh judge or submission's process per request. The watch loop (grader.tools.watch) keeps one
-of each, so a regrade pays no import (3-4 s of torch and friends per process here, more on the
+of each (its parent's side: grader.run.zygotes), so a regrade pays no import (3-4 s of torch and friends per process here, more on the
 GPU hosts).
 
     python -m grader.run.zygote --role judge|submission --control FD [--peer FD]
@@ -19,10 +19,11 @@ that the CUDA driver was not initialised.
 
 Channels are Unix SOCK_SEQPACKET pairs made by the parent; there is no listening socket, so no
 other process (a sandboxed submission included) can reach a zygote:
-- control, from the watch loop: `fork` (a judge), `adopt` (an early rebuild the loop started,
-  grader.submission.build), `killall` (a regrade cancelled). Its end closing ends the zygote and its children.
+- control, from the grade process: `fork` (a judge), `adopt` (an early rebuild the watch loop
+  started, passed on as `--early-report`: grader.submission.build), `killall` (a regrade
+  cancelled). Its end closing ends the zygote and its children.
 - peer, from the judge zygote to the submission zygote: a `channel` per judge it forks, through
-  which that judge forks its submission's process (grader.run.launch.FORKER in the judge).
+  which that judge forks its submission's process (its `--fork-via FD`, grader.judge.spawn).
 Each forked child has a status channel of its own: its pid, then its exit code. The requester
 closing it (or dying) kills the child's process group.
 """
@@ -32,21 +33,17 @@ import argparse
 import atexit
 import importlib
 import importlib.util
-import json
 import os
 import select
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 import traceback
 from pathlib import Path
 
-from grader.common.paths import INDUCTOR, ROOT
-
-MODULES = {"judge": "grader.judge", "submission": "grader.submission"}
+from grader.common.forking import MODULES, ZygoteError, recv, send, pair
 
 # What each process imports before it does anything that depends on its request. Nothing here may
 # query CUDA at import (grader.judge.plugin does: HAS_GPU; it is imported by pytest in the child).
@@ -54,7 +51,7 @@ PRELOAD = {
     "judge": ["torch", "numpy", "pytest", "pytest_timeout", "_hypothesis_pytestplugin",
               "hypothesis", "grader.common.discover", "grader.run.launch", "grader.run.results",
               "grader.judge.review", "grader.judge.proxy", "grader.judge.check", "grader.judge.cases", "grader.judge.testing",
-              "grader.judge.strategies", "grader.judge.reference", "grader.judge.baselines", "grader.judge.measure",
+              "grader.judge.strategies", "grader.judge.baselines", "grader.judge.measure",
               "grader.common.timing", "grader.common.trust", "grader.common.seam", "grader.common.settings"],
     "submission": ["torch", "numpy", "triton", "triton.language", "grader.submission.build",
                    "grader.submission.build_errors", "grader.common.discover", "grader.submission.evidence", "grader.common.pyfile",
@@ -62,231 +59,7 @@ PRELOAD = {
                    "grader.common.seam", "grader.submission.loader", "grader.submission.interp",
                    "torch.autograd.profiler", "multiprocessing.connection", "landlock"],
 }
-MAX_MESSAGE = 1 << 20  # a request: the environment as JSON (a few KiB), well under this
-MAX_FDS = 8
 
-
-class ZygoteError(RuntimeError):
-    """A zygote could not start (it refused: CUDA was touched while importing) or went away."""
-
-
-# --- both sides: one message per packet --------------------------------------------------------
-
-def pair() -> tuple[socket.socket, socket.socket]:
-    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-
-
-def _send(sock: socket.socket, msg: dict, fds=()) -> None:
-    data = json.dumps(msg).encode()
-    if fds:
-        socket.send_fds(sock, [data], list(fds))
-    else:
-        sock.send(data)
-
-
-def _recv(sock: socket.socket, timeout: float | None = None) -> tuple[dict | None, list[int]]:
-    """One message and the descriptors that came with it; (None, []) at the other end's close."""
-    if timeout is not None and not select.select([sock], [], [], timeout)[0]:
-        raise TimeoutError
-    data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
-    if not data:
-        for fd in fds:
-            os.close(fd)
-        return None, []
-    return json.loads(data), fds
-
-
-# --- the requester's side -----------------------------------------------------------------------
-
-class Forked:
-    """A process a zygote forked, as subprocess.Popen shows one (pid, poll, wait, kill, returncode),
-    its exit code read from its status channel."""
-
-    def __init__(self, status: socket.socket, args):
-        self.status, self.args = status, args
-        self.returncode = None
-        self.stdin = self.stdout = self.stderr = None
-        self._lock = threading.Lock()
-        msg, _ = _recv(status, timeout=60)
-        if msg is None or "pid" not in msg:
-            status.close()
-            raise ZygoteError((msg or {}).get("error") or "the zygote went away")
-        self.pid = msg["pid"]
-
-    def _read(self, timeout) -> None:
-        if self.returncode is not None:
-            return
-        try:  # not under the lock: a kill from another thread must not wait for this
-            if not select.select([self.status], [], [], timeout)[0]:
-                return
-        except (OSError, ValueError):  # closed meanwhile: read below says how it ended
-            pass
-        with self._lock:
-            if self.returncode is not None:
-                return
-            msg, _ = _recv(self.status)
-            # no message: the zygote is gone, and its children were killed with it
-            self.returncode = msg["exit"] if msg is not None else -signal.SIGKILL
-            self.status.close()
-
-    def poll(self):
-        self._read(0)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.returncode is None:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            self._read(left)
-            if self.returncode is None and deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        with self._lock:
-            if self.returncode is None:
-                try:
-                    _send(self.status, {"op": "signal", "sig": int(sig)})
-                except OSError:
-                    pass
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-
-class Forker:
-    """Starts `python -m MODULE ...` commands by asking a zygote to fork them: what
-    grader.run.launch uses instead of subprocess.Popen when `grader.run.launch.FORKER` is set."""
-
-    def __init__(self, channel: socket.socket, module: str):
-        self.channel, self.module = channel, module
-        self.lock = threading.Lock()
-        self.cancelled = False
-
-    def handles(self, cmd) -> bool:
-        return len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] == self.module
-
-    def start(self, cmd, *, cwd, env: dict, stdout, pass_fds=(), new_session=False) -> Forked:
-        if not self.handles(cmd):
-            raise ValueError(f"this zygote forks {self.module}, not {cmd[:3]}")
-        mine, theirs = pair()
-        request = {"op": "fork", "argv": list(cmd[3:]), "cwd": str(cwd), "env": dict(env),
-                   "session": bool(new_session), "pass_fds": list(pass_fds)}
-        try:
-            with self.lock:
-                if self.cancelled:
-                    raise ZygoteError("cancelled: a newer save is being graded")
-                _send(self.channel, request, [theirs.fileno(), stdout.fileno(), *pass_fds])
-        except (OSError, ZygoteError) as e:
-            mine.close()
-            raise e if isinstance(e, ZygoteError) else \
-                ZygoteError(f"the zygote went away ({e})") from None
-        finally:
-            theirs.close()
-        return Forked(mine, cmd)
-
-
-class Zygote:
-    """One zygote process, from its parent's side: start it, wait until it has imported, stop it."""
-
-    def __init__(self, role: str, env: dict, log: Path, peer: socket.socket | None = None,
-                 preload=()):
-        self.role = role
-        self.control, theirs = pair()
-        fds = [theirs.fileno()] + ([peer.fileno()] if peer is not None else [])
-        cmd = [sys.executable, "-m", "grader.run.zygote", "--role", role, "--control",
-               str(theirs.fileno())] + (["--peer", str(peer.fileno())] if peer is not None else [])
-        cmd += [f"--preload={m}" for m in preload]  # more modules (the tests)
-        with open(log, "ab") as out:
-            # a session of its own: the terminal's Ctrl-C reaches the watch loop, which then
-            # stops every process itself (a zygote dying first would look like a crash)
-            self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
-                                         stdout=out,
-                                         stderr=subprocess.STDOUT, pass_fds=fds,
-                                         start_new_session=True)
-        theirs.close()
-        self.log = log
-        self.seconds = None
-
-    def ready(self, timeout: float = 300) -> float:
-        """Wait for its imports; the seconds they took. ZygoteError if it refused or died."""
-        try:
-            msg, _ = _recv(self.control, timeout=timeout)
-        except TimeoutError:
-            msg = {"refused": f"not ready after {timeout:.0f} s"}
-        if msg is None or "refused" in msg:
-            reason = (msg or {}).get("refused") or "it exited while importing"
-            self.stop()
-            tail = self.log.read_text(errors="replace").strip().splitlines()[-5:]
-            raise ZygoteError(f"the {self.role} zygote: {reason}" +
-                              ("" if msg else "\n  " + "\n  ".join(tail)))
-        self.seconds = msg["seconds"]
-        return self.seconds
-
-    def forker(self) -> Forker:
-        return Forker(self.control, MODULES[self.role])
-
-    def request(self, msg: dict) -> None:
-        try:
-            _send(self.control, msg)
-        except OSError:
-            pass
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        """Close its control channel (it kills its children and exits), then make sure."""
-        try:
-            self.control.close()
-        except OSError:
-            pass
-        if self.seconds is None:  # still importing: nothing forked yet, nothing to wait for
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-
-def start_zygotes(settings, gpu: bool, folder: Path) -> list:
-    """A judge zygote and a submission zygote, both imported and ready: set
-    `grader.run.launch.FORKER = zygotes[0].forker()` and every judge (and, through it, its
-    submission's process) is forked instead of started. Their environment is what a judge
-    starts with (grader.run.launch.start_judge) and, a judge's being what its submission's process
-    inherits, that process's too, which asks for Triton's interpreter before importing triton
-    where there is no GPU. Raises ZygoteError (neither left running) where one refused to
-    serve or died."""
-    from grader.run.launch import child_env
-    env = child_env(settings)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR))
-    sub_env = dict(env, **({} if gpu else {"TRITON_INTERPRET": "1"}))
-    judge_end, sub_end = pair()
-    zygotes = []
-    try:  # both import at once; each kept as soon as it runs (a Ctrl-C meanwhile stops it)
-        zygotes.append(Zygote("judge", env, folder / "zygote-judge.log", judge_end))
-        zygotes.append(Zygote("submission", sub_env, folder / "zygote-submission.log", sub_end))
-        for z in zygotes:
-            z.ready()
-    except ZygoteError:
-        for z in zygotes:
-            z.stop()
-        raise
-    finally:
-        judge_end.close()
-        sub_end.close()
-    return zygotes
-
-
-# --- the zygote's side --------------------------------------------------------------------------
 
 _TRIPPED: list[str] = []  # every tripwire that fired (a module may swallow the exception)
 
@@ -405,7 +178,7 @@ class Server:
 
     def _request(self, sock, source: str) -> bool:
         try:
-            msg, fds = _recv(sock)
+            msg, fds = recv(sock)
         except (OSError, ValueError):
             return False
         if msg is None:
@@ -416,7 +189,7 @@ class Server:
             return True
         if op == "channel" and fds:
             self.channels.append(socket.socket(fileno=fds.pop(0)))
-            _send(sock, {"ok": True})
+            send(sock, {"ok": True})
         elif op == "adopt":
             self.adopt[tuple(msg["key"])] = msg["report"]
         elif op == "killall":
@@ -431,7 +204,7 @@ class Server:
         if child is None:
             return
         try:
-            msg, fds = _recv(sock)
+            msg, fds = recv(sock)
         except OSError:
             msg, fds = None, []
         for fd in fds:
@@ -466,7 +239,7 @@ class Server:
             if child is None:
                 continue
             try:
-                _send(child.status, {"exit": os.waitstatus_to_exitcode(status)})
+                send(child.status, {"exit": os.waitstatus_to_exitcode(status)})
             except OSError:
                 pass
             child.status.close()
@@ -490,8 +263,8 @@ class Server:
             if self.role == "judge":  # its submission's process is forked through this channel
                 channel, theirs = pair()
                 try:
-                    _send(self.peer, {"op": "channel"}, [theirs.fileno()])
-                    reply, _ = _recv(self.peer, timeout=30)
+                    send(self.peer, {"op": "channel"}, [theirs.fileno()])
+                    reply, _ = recv(self.peer, timeout=30)
                 finally:
                     theirs.close()
                 if reply is None:
@@ -501,7 +274,7 @@ class Server:
             sys.stderr.flush()
             pid = os.fork()
         except Exception as e:
-            _send(status, {"error": f"{type(e).__name__}: {e}"})
+            send(status, {"error": f"{type(e).__name__}: {e}"})
             status.close()
             for fd in [stdout, *passed]:
                 os.close(fd)
@@ -521,7 +294,7 @@ class Server:
         if channel is not None:
             channel.close()
         self.children[pid] = _Child(pid, status)
-        _send(status, {"pid": pid})
+        send(status, {"pid": pid})
 
     def _become(self, msg, argv, status, stdout, passed, channel, early) -> None:
         """In the child: drop the zygote's channels and signal handling, take the requester's
@@ -567,12 +340,13 @@ class Server:
             numpy.random.seed()
         except ImportError:
             pass
+        # told on the command line, as a started process would be told: a judge, the channel
+        # it forks its submission's process through (grader.judge.spawn); a submission's
+        # process, the early rebuild the watch loop started for it (grader.submission.build)
         if channel is not None:
-            from grader.run import launch
-            launch.FORKER = Forker(channel, MODULES["submission"])
+            argv += ["--fork-via", str(channel.detach())]
         if early is not None:
-            from grader.submission.build import adopt_early_rebuild
-            adopt_early_rebuild(Path(early))
+            argv += ["--early-report", early]
 
 
 def _threads(env: dict) -> None:
@@ -641,7 +415,7 @@ def main(argv=None) -> int:
             raise ZygoteError(f"{threading.active_count() - 1} Python thread(s) running after "
                               f"the imports")
     except ZygoteError as e:
-        _send(control, {"refused": str(e)})
+        send(control, {"refused": str(e)})
         return 3
     for s in skipped:
         print(f"zygote {args.role}: not preloaded: {s}", flush=True)
@@ -650,7 +424,7 @@ def main(argv=None) -> int:
     import gc
     gc.collect()
     gc.freeze()
-    _send(control, {"ready": True, "seconds": round(time.perf_counter() - start, 2)})
+    send(control, {"ready": True, "seconds": round(time.perf_counter() - start, 2)})
     Server(args.role, control, peer).serve()
     return 0
 

@@ -6,11 +6,17 @@ import) and needs no compiler. The library lands outside the learner's tree (gra
 beside a manifest (aot.json) that records the torch it was built against: a C++ extension calls
 into libtorch through C++ symbols whose layout changes between torch releases, so loading it into
 another torch is refused here, by name, instead of crashing later.
+
+    python -m grader.submission.aot --tree T --exercise 06_rmsnorm --track cuda
+
+builds one track before its checks (the grade process runs it: the submission's process may not
+write the AOT folder) and prints its manifest as one JSON line, or {"error": ...}.
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import signal
@@ -19,10 +25,13 @@ import sys
 import time
 from pathlib import Path
 
-from grader.submission.build import Built, toolchain_env, track_options
+import torch
+
+from grader.common.discover import Exercise, Track, load_exercise
+from grader.common.paths import EXERCISES, INCLUDE, aot_dir as _aot_dir
+from grader.submission.build import Built
 from grader.submission.build_errors import BuildError, explain_load_error, summarize_compiler_output
-from grader.common.discover import Exercise, Track
-from grader.common.paths import INCLUDE, aot_dir as _aot_dir
+from grader.submission.toolchain import toolchain_env, track_options
 
 AOT_MANIFEST = "aot.json"
 AOT_CFLAGS = ["-O3"]
@@ -90,7 +99,6 @@ def build_aot(tree: Path, exercise: Exercise, track: Track, *, timeout_s: float 
     manifest. Nothing is compiled when the library for these sources, flags and this torch is
     already there (nor when the same sources already failed: the failure is recorded and
     raised again). Raises BuildError with the first compiler errors."""
-    import torch
     tree = Path(tree).resolve()
     includes = toolchain_env()
     extra_includes, extra_flags = track_options(track)
@@ -167,7 +175,6 @@ def _rebuild_hint(exercise: Exercise) -> str:
 
 def check_aot_manifest(manifest: dict, exercise: Exercise, path: Path) -> None:
     """Refuse a library built for another torch (or Python, or without this GPU's code)."""
-    import torch
     built, here = manifest.get("torch"), torch.__version__
     if built != here:
         raise BuildError(
@@ -196,7 +203,6 @@ def check_aot_manifest(manifest: dict, exercise: Exercise, path: Path) -> None:
 def load_aot(tree: Path, exercise: Exercise, track: Track) -> Built:
     """Load the track's ahead-of-time library, building it first when there is none for these
     sources; refuse one recorded as built against another torch."""
-    import torch
     tree = Path(tree).resolve()
     start = time.perf_counter()
     includes = toolchain_env()
@@ -219,7 +225,6 @@ def load_aot(tree: Path, exercise: Exercise, track: Track) -> Built:
     check_aot_manifest(manifest, exercise, path)
     try:
         if track.python_module:
-            import importlib.util
             spec = importlib.util.spec_from_file_location(track.extension, path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
@@ -232,3 +237,21 @@ def load_aot(tree: Path, exercise: Exercise, track: Track) -> Built:
     return Built(path=path, module=module, seconds=seconds, rebuilt=rebuilt)
 
 
+def main(argv=None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m grader.submission.aot")
+    p.add_argument("--tree", required=True, type=Path)
+    p.add_argument("--exercise", required=True)
+    p.add_argument("--track", required=True)
+    args = p.parse_args(argv)
+    exercise = load_exercise(EXERCISES / args.exercise)
+    try:
+        manifest = build_aot(args.tree, exercise, exercise.tracks[args.track])
+    except BuildError as e:
+        manifest = {"error": str(e)}
+    print(json.dumps(manifest), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

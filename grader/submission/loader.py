@@ -14,10 +14,10 @@ from types import SimpleNamespace
 from grader.submission.aot import load_aot
 from grader.submission.build import Built, build
 from grader.submission.build_errors import BuildError
-from grader.judge.check import Mismatch
+from grader.common.errors import Mismatch
 from grader.common.discover import Exercise, Track
 from grader.common.pyfile import LoadError, import_file
-from grader.judge.reference import load_reference
+from grader.common.reference import load_reference
 from grader.common.settings import current
 
 
@@ -80,19 +80,21 @@ class Impl(SimpleNamespace):
 _LOADED: dict[tuple, Impl] = {}
 
 
-def load_track(tree: Path, exercise: Exercise, track: Track) -> Impl:
+def load_track(tree: Path, exercise: Exercise, track: Track, early: Path | None = None) -> Impl:
+    """The track, built and imported (once per process). `early`: the report of the early
+    rebuild started for this process (grader.submission.early)."""
     key = (str(Path(tree).resolve()), exercise.id, track.name)
     if key not in _LOADED:
-        _LOADED[key] = _load(Path(tree).resolve(), exercise, track)
+        _LOADED[key] = _load(Path(tree).resolve(), exercise, track, early)
     return _LOADED[key]
 
 
-def _load(tree: Path, exercise: Exercise, track: Track) -> Impl:
+def _load(tree: Path, exercise: Exercise, track: Track, early: Path | None) -> Impl:
     folder = tree / exercise.id / track.name
     missing = [f for f in track.files if not (folder / f).is_file()]
     if missing:
         raise LoadError(f"missing file(s) in {folder}: {', '.join(missing)}")
-    built: Built | None = _build(tree, exercise, track) if track.sources else None
+    built: Built | None = _build(tree, exercise, track, early) if track.sources else None
     if built is not None and built.module is not None:
         # lets the track's Python file say `import <extension>` as after a setup.py install
         sys.modules[track.extension] = built.module
@@ -119,12 +121,12 @@ def _load(tree: Path, exercise: Exercise, track: Track) -> Impl:
                 _reference=load_reference(exercise))
 
 
-def _build(tree: Path, exercise: Exercise, track: Track) -> Built:
+def _build(tree: Path, exercise: Exercise, track: Track, early: Path | None) -> Built:
     """How C++/CUDA sources become a library (Settings.build): "jit" (torch.utils.cpp_extension
     .load, the default) or "aot" (a setup.py-style build loaded as a shipped binary)."""
     mode = current().build
     if mode == "jit":
-        return build(tree, exercise, track)
+        return build(tree, exercise, track, early)
     if mode == "aot":
         return load_aot(tree, exercise, track)
     raise BuildError(f"build mode {mode!r}: use jit or aot")

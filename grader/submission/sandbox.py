@@ -3,39 +3,21 @@
 - `close_filesystem(roots)`: Linux Landlock makes every path but `roots` read-only for this
   process and its children, and fences its signals: it cannot signal a process outside its own
   sandbox (the judge, the grader). The fence is Landlock's signal scope (ABI 6+); where the
-  kernel is older, a seccomp filter (`fence_signals`, libseccomp). Where the kernel has no
-  Landlock at all, the parent snapshots the repository around each track instead (`Snapshot`).
+  kernel is older, a seccomp filter (`fence_signals`, libseccomp).
 - `Attempts`: an audit hook that records writes into the repository the submission tried (the
   sandbox refuses them; the record is what the judge reports as tampering).
-- `Snapshot`: every file under some roots, restored and named if anything changed.
-
-Nothing here imports torch or another grader module but grader.common.paths (and grader.common.settings, for
-the fence's setting).
+Where the kernel has no Landlock at all, the grade process snapshots the repository instead
+(grader.run.snapshot). Nothing here imports torch.
 """
 from __future__ import annotations
 
 import ctypes
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.common.paths import ROOT
+from grader.common.machine import landlock_abi
 
 _SCOPE_SIGNAL = 1 << 1        # LANDLOCK_SCOPE_SIGNAL (ABI 6, Linux 6.12)
-
-
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version (0: none, or no `landlock` package)."""
-    try:
-        import landlock
-        return int(landlock.landlock_abi_version())
-    except Exception:
-        return 0
-
-
-def landlock_available() -> bool:
-    """Can a process here make the file system read-only for itself?"""
-    return landlock_abi() >= 1
 
 
 def close_filesystem(roots: list[Path], signals: str | None = None) -> str:
@@ -239,65 +221,3 @@ class Attempts:
             return
         if any(p.startswith(r) for r in self.protected) and len(self.seen) < 20:
             self.seen.append(f"{event} {p}")
-
-
-SKIP_DIRS = {".git", ".venv", ".hypothesis", "__pycache__", ".whl", ".gl", "node_modules"}
-
-
-@dataclass
-class Snapshot:
-    """Every file under `roots` (minus caches), with its bytes, taken before a track runs."""
-    roots: list
-    skip: set = field(default_factory=set)      # folders and files left out (caches)
-    files: dict = field(default_factory=dict)   # path -> bytes
-
-    @classmethod
-    def take(cls, roots, *, skip: set = frozenset()) -> "Snapshot":
-        snap = cls([Path(r) for r in roots], set(skip))
-        for root in snap.roots:
-            for path in _walk(root, skip):
-                try:
-                    snap.files[path] = path.read_bytes()
-                except OSError:
-                    pass
-        return snap
-
-    def restore(self) -> list[str]:
-        """Undo every change since the snapshot; return what had changed (relative paths)."""
-        changed = []
-        now = set()
-        for root in self.roots:
-            now.update(_walk(root, self.skip))
-        for path, data in self.files.items():
-            try:
-                same = path.read_bytes() == data
-            except OSError:
-                same = False
-            if not same:
-                changed.append(path)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
-        for path in now - set(self.files):
-            changed.append(path)
-            try:
-                path.unlink()
-            except OSError:
-                pass
-        return [_rel(p) for p in sorted(set(changed))]
-
-
-def _walk(root: Path, skip):
-    if root.is_file():
-        yield root
-        return
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS
-                       and os.path.join(dirpath, d) not in skip]
-        for name in filenames:
-            p = Path(dirpath) / name
-            if str(p) not in skip and not name.endswith(".pyc"):
-                yield p
-
-
-def _rel(p: Path) -> str:
-    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)

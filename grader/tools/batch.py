@@ -47,7 +47,7 @@ from grader.tools.dashboard import render
 from grader.common.discover import discover
 from grader.run.gradescope import VISIBILITY
 from grader.common.paths import ROOT, tree_caches
-from grader.submission.sandbox import landlock_available
+from grader.common.machine import landlock_available
 from grader.common.settings import from_environment
 
 FIELDS = ["submission", "exercise", "track", "points", "max_points", "tampering", "delegation",

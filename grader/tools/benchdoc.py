@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from grader.common.paths import ROOT
-from grader.common.timing import CEILINGS
+from grader.common.ceilings import CEILINGS
 
 DOC = ROOT / "docs" / "performance.md"
 

@@ -165,7 +165,7 @@ def _child(tree: str, exercise: str, track: str, mode: str) -> None:
     from grader.submission.loader import load_track
     from grader.judge.cases import dy_for, make_inputs
     from grader.common.timing import make_step
-    from grader.judge.reference import load_reference
+    from grader.common.reference import load_reference
     ex = discover(only=exercise)[0]
     impl = load_track(Path(tree), ex, ex.tracks[track])
     ref = load_reference(ex)

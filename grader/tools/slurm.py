@@ -29,7 +29,7 @@ from grader.tools.batch import (_folders, _timeout, collect, find_submissions, g
                           write_manifest)
 from grader.common.discover import discover
 from grader.common.paths import ROOT
-from grader.submission.sandbox import landlock_available
+from grader.common.machine import landlock_available
 
 MAX_TASKS = 256   # array tasks by default: one per submission up to this (a cluster's
 #                   MaxArraySize is 1001 by default; fewer, longer tasks queue less)
@@ -75,7 +75,7 @@ def submit(folder: Path, out: Path, *, exercise=None, bench=True, force=False, b
         f"cd {_q(ROOT)}\nexport PYTHONPATH={_q(ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
         f"exec {_q(sys.executable)} -m grader.tools.slurm task {_q(job)} \"$SLURM_ARRAY_TASK_ID\"\n")
     script.chmod(0o755)
-    from grader.submission.sandbox import landlock_available
+    from grader.common.machine import landlock_available
     if not landlock_available() and max_parallel != 1:
         # without Landlock each grade snapshots and restores the (shared) repository: two at
         # once could restore each other's snapshot, or blame one for the other's write

@@ -10,12 +10,12 @@ timing), failures in full, then the seconds from the save to that result. How:
   hypothesis, pytest and the grader's modules, never the submission and never CUDA. A regrade
   forks a fresh judge from one, and the judge a fresh submission's process from the other, which
   sandboxes itself before importing the submission as ever. The regrade is the one grade path
-  (grader.run.grade) with its process starts made forks (grader.run.launch.FORKER): the same checks,
+  (grader.run.grade) with its process starts made forks (its `forker`): the same checks,
   messages and scorecard, without 3-4 s of imports per process.
 - Saves are seen by polling the tracks' files every 0.1 s; an editor's several writes (a
   rename, a write) are one save once the files have been still for one poll.
-- A CUDA track's ninja rebuild starts the moment a save is seen (grader.submission.build's early rebuild),
-  while the save settles and the judge starts; the submission's process takes over its report.
+- A CUDA track's ninja rebuild starts the moment a save is seen (grader.submission.early), while
+  the save settles and the judge starts; the submission's process takes over its report.
 - Only the tracks whose files changed are regraded (the others' last results are shown again),
   and the checks that failed last time run first. A run in that order that stops early (a crash,
   a stub: what follows is not run, where in the usual order more might have run first) is run
@@ -36,15 +36,15 @@ import threading
 import time
 from pathlib import Path
 
-from grader.run import launch
-from grader.submission.build import start_early_rebuild
+from grader.common import events as ev
 from grader.common.discover import Exercise
-from grader.run.grade import Grade, Submission, grade, write_reports
 from grader.common.paths import ROOT, build_dir
-from grader.run.progress import Progress
-from grader.run.results import TrackResult, read_events
 from grader.common.settings import Settings, from_environment
-from grader.run.zygote import Zygote, ZygoteError, start_zygotes
+from grader.run.grade import Grade, Submission, grade, write_reports
+from grader.run.progress import Progress
+from grader.run.results import TrackResult
+from grader.run.zygotes import Zygote, ZygoteError, start_zygotes
+from grader.submission.early import start_early_rebuild
 
 POLL_S = 0.1      # how often the files are looked at (a few stat calls)
 MISSING_S = 2.0   # how long a file may be missing mid-save (an editor's rename) before it counts
@@ -89,25 +89,23 @@ class _WatchProgress(Progress):
 
     def __init__(self, stream=None):
         super().__init__(stream)
-        self.first: set[str] = set()
-        self.began = time.monotonic()
-        self.said: set[str] = set()
+        self.expect((), time.monotonic())
 
     def expect(self, first, began: float) -> None:
         self.first, self.began, self.said = set(first), began, set()
+        self.wanted: dict[str, set] = {}   # label -> the ids of last time's failures
+        self.seen: dict[str, dict] = {}    # label -> test id -> outcome
 
-    def tick(self, label: str) -> None:
-        super().tick(label)
-        t = self.tracks.get(label)
-        if not self.first or t is None or t.phase != "checks" or label in self.said:
+    def on_event(self, label: str, phase: str, event: ev.Event) -> None:
+        super().on_event(label, phase, event)
+        if not self.first or phase != "checks" or label in self.said:
             return
-        seen = {e["test"]: e["outcome"] for e in read_events(t.events)
-                if e.get("event") == "result"}
-        mine = {test: outcome for test, outcome in seen.items()
-                if test.split("::", 1)[-1] in self.first}
-        expected = [e for e in read_events(t.events) if e.get("event") == "collected"]
-        wanted = {x["id"] for x in expected[0]["tests"] if x["name"] in self.first} \
-            if expected else set()
+        if isinstance(event, ev.Collected):
+            self.wanted[label] = {x["id"] for x in event.tests if x["name"] in self.first}
+        elif isinstance(event, ev.Result):
+            self.seen.setdefault(label, {})[event.test] = event.outcome
+        wanted = self.wanted.get(label)
+        mine = {test: o for test, o in self.seen.get(label, {}).items() if test in (wanted or ())}
         if not wanted or set(mine) < wanted:
             return
         self.said.add(label)
@@ -229,12 +227,9 @@ class Watcher:
     def _grade(self, names, first) -> Grade:
         self.progress.expect(first, time.monotonic())
         sub = Submission(self.tree, (self.exercise,), tuple(names),
-                         self.settings.replace(first=tuple(first)), bench=self.bench)
-        saved, launch.FORKER = launch.FORKER, self.launcher
-        try:
-            return grade(sub, self.progress)
-        finally:
-            launch.FORKER = saved
+                         self.settings.replace(first=tuple(first)), bench=self.bench,
+                         forker=self.launcher)
+        return grade(sub, self.progress)
 
     def close(self) -> None:
         """Stop everything this loop started: a regrade under way, the zygotes (and so every
@@ -368,7 +363,7 @@ class Watcher:
 
     def _rebuild_early(self, paths) -> None:
         """Start the ninja rebuild of each CUDA track whose sources changed, now; the next
-        submission's process of that track takes over its report (grader.submission.build)."""
+        submission's process of that track takes over its report (grader.submission.early)."""
         if self.settings.build != "jit" or self.settings.sanitize:
             return
         self.early = [p for p in self.early if p.poll() is None]

@@ -1,4 +1,5 @@
-"""The grader's command line: arguments in, grader.run.grade (or batch, bench, list) out.
+"""The grader's command line, the top of the house: arguments in, grader.run.grade (or a tool of
+grader.tools: batch, bench, watch) out. A command imports only what it runs.
 
     python -m grader grade [--exercise 02] [--impl starter|solutions | --submission PATH]
                            [--json results.json] [--junit junit.xml] [--no-bench] [--quick]
@@ -17,13 +18,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from grader.tools.batch import add_arguments as batch_arguments
 from grader.common.discover import SpecError, discover
-from grader.run.grade import Submission, grade, write_reports
 from grader.common.paths import ROOT
-from grader.run.progress import Progress
-from grader.run.gradescope import VISIBILITY
 from grader.common.settings import from_environment
+from grader.run.grade import Submission, grade, write_reports
+from grader.run.gradescope import VISIBILITY
+from grader.run.progress import Progress
 
 
 def _tree(args) -> Path:
@@ -44,9 +44,12 @@ def _exercises(which: str | None):
 
 def cmd_grade(args) -> int:
     exercises = _exercises(args.exercise)
-    if args.repro and (len(exercises) != 1 or "@" not in args.repro):
-        sys.exit("grader: --repro CHECK@EXAMPLE goes with one --exercise (copy the command a "
-                 "failed check printed)")
+    if args.repro and "@" not in args.repro:
+        sys.exit(f"grader: --repro {args.repro!r} has no @EXAMPLE: REPRO is the check's name, "
+                 f"'@' and the example's blob, as a failed check prints it (REPRO='name@blob')")
+    if args.repro and len(exercises) != 1:
+        sys.exit(f"grader: --repro reruns one check of one exercise: give --exercise NN "
+                 f"({len(exercises)} exercises were asked for)")
     base = from_environment()  # what a caller passed on (a batch, a test), then the arguments
     settings = base.replace(quick=args.quick or base.quick, build=args.build, repro=args.repro,
                             sanitize=args.sanitize, small=bool(args.sanitize) or base.small,
@@ -62,14 +65,14 @@ def cmd_grade(args) -> int:
 
 def cmd_batch(args) -> int:
     if args.slurm:
-        from grader.tools.slurm import submit_command  # sbatch: only with --slurm
+        from grader.tools.slurm import submit_command  # a command's own modules: only for it
         return submit_command(args)
-    from grader.tools.batch import batch_command
+    from grader.tools.batch import batch_command  # a command's own modules: only for it
     return batch_command(args)
 
 
 def cmd_bench(args) -> int:
-    from grader.tools.bench import bench_command
+    from grader.tools.bench import bench_command  # a command's own modules: only for it
     return bench_command(_exercises(args.exercise), _tree(args), Path(args.out),
                          repeats=args.repeats)
 
@@ -78,7 +81,7 @@ def cmd_watch(args) -> int:
     exercises = _exercises(args.exercise)
     if len(exercises) != 1:
         sys.exit("grader: watch follows one exercise: --exercise NN")
-    from grader.tools.watch import watch_command  # the watch loop's modules: only for it
+    from grader.tools.watch import watch_command  # a command's own modules: only for it
     return watch_command(_tree(args), exercises[0], quick=args.quick)
 
 
@@ -117,7 +120,10 @@ def main(argv=None) -> int:
                    "filter) or seccomp (the filter even there); the line under the scorecard "
                    "says which is on")
     g.add_argument("--visibility", **VISIBILITY)
-    batch_arguments(sub.add_parser("batch", help="grade every submission in a folder (a class)"))
+    b = sub.add_parser("batch", help="grade every submission in a folder (a class)")
+    if (argv if argv is not None else sys.argv[1:])[:1] == ["batch"]:
+        from grader.tools.batch import add_arguments  # a command's own modules: only for it
+        add_arguments(b)
     sub.choices["bench"].add_argument("--out", default=str(ROOT / "docs"))
     sub.choices["bench"].add_argument("--repeats", type=int, default=2, help="times the graded "
                                       "case is measured (the medians' spread is shown)")
