@@ -31,8 +31,7 @@ UNREADABLE = "quinn"   # a zip that could not be read: no results.json, an error
 
 
 def _track(ex, track, rng, flag=None):
-    r = TrackResult(exercise=ex.id, track=track, tree="synthetic",
-                    build={"ok": True, "stage": "import"})
+    r = {}  # the TrackResult's fields, made once below
     names = ["test_matches_reference", "test_length_one_and_zero", "test_refuses_bad_input",
              "your kernels do the work"]
     quality = rng.choice([1.0, 1.0, 1.0, 0.75, 0.5, 0.0])
@@ -44,17 +43,18 @@ def _track(ex, track, rng, flag=None):
         outcomes = ["passed"] * 3 + ["failed"]
     if flag == "crashed":
         outcomes = ["passed", "crashed", "not run", "not run"]
-        r.ended = "crashed: a segmentation fault (SIGSEGV)"
+        r["ended"] = "crashed: a segmentation fault (SIGSEGV)"
     own_work = ("PyTorch ran aten::add: the op's work" if flag == "delegation" else
                 "nothing to judge: every call raised")  # an unfinished kernel: no delegation
-    r.checks = [Check(n, "correctness", o, message="" if o == "passed" else
-                      own_work if n.startswith("your") else "max abs error 0.5 at [3]")
-                for n, o in zip(names, outcomes)]
+    r["checks"] = tuple(Check(n, "correctness", o, message="" if o == "passed" else
+                              own_work if n.startswith("your") else "max abs error 0.5 at [3]")
+                        for n, o in zip(names, outcomes))
     if flag == "tampering":
-        r.tampering = ["grader/judge/check.py (changed)"]
+        r["tampering"] = ("grader/judge/check.py (changed)",)
     if flag == "needs_review":
-        r.review = [f"{track}/kernel.py:12: sets an attribute of torch.library"]
-    if r.all_correct and ex.benchmark is not None:
+        r["review"] = (f"{track}/kernel.py:12: sets an attribute of torch.library",)
+    all_correct = all(c.outcome == "passed" for c in r["checks"])
+    if all_correct and ex.benchmark is not None:
         fraction = rng.uniform(0.45, 0.97)
         # synthetic: the graded case's bytes at that fraction of a 4.4 TB/s copy ceiling
         ms = {"01": 3 * 2 ** 30, "06": 3 * 268e6}[ex.number] / (4.4e12 * fraction) * 1e3
@@ -62,11 +62,12 @@ def _track(ex, track, rng, flag=None):
                "fraction": fraction, "speedup": {"eager": 1.0 + fraction},
                "host_bound": flag == "host_bound"}
         credit = min(1.0, max(0.0, (fraction - 0.6) / 0.25))
-        r.performance = {"status": "measured", "case": ex.benchmark.case,
+        r["performance"] = {"status": "measured", "case": ex.benchmark.case,
                          "dtype": ex.benchmark.dtype, "ceiling_name": "copy bandwidth",
                          "ceiling_value": 4400.0, "ceiling_unit": "GB/s", "credit": credit,
                          "thresholds": [], "figures": {"forward": fig}}
-    return r
+    return TrackResult(exercise=ex.id, track=track, tree="synthetic",
+                       build={"ok": True, "stage": "import"}, **r)
 
 
 def make_class(out: Path) -> None:

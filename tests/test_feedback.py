@@ -1,8 +1,9 @@
-"""What a learner reads while and after grading: progress lines from a growing event log, and
-hypothesis' report cut to the drawn values."""
+"""What a learner reads while and after grading: progress lines from the judges' events as a
+growing log gives them, and hypothesis' report cut to the drawn values."""
 import io
-import json
 
+from grader.common import events as ev
+from grader.run.follow import Follower
 from grader.run.progress import Progress
 
 
@@ -11,42 +12,60 @@ class Terminal(io.StringIO):
         return True
 
 
-def _append(path, **event):
-    with open(path, "a") as f:
-        f.write(json.dumps(event) + "\n")
+def _follow(p, tmp_path, label, phase, sources, write):
+    """A follower feeding `p` the events `write(recorder, log)` appends to a judge's log."""
+    path = tmp_path / f"{phase}.jsonl"
+    f = Follower()
+    f.subscribe(p.on_event)
+    f.begin(label, phase, path, sources)
+    write(ev.Recorder(path), path)
+    f.end(label, phase)
+    f.close()
 
 
 def test_plain_lines_once_per_stage(tmp_path):
-    events, out = tmp_path / "events.jsonl", io.StringIO()
+    out = io.StringIO()
     p = Progress(out)
-    p.begin("02_scale [cuda]", events, "checks", ("scale.cu",))
-    p.tick("02_scale [cuda]")
-    p.tick("02_scale [cuda]")  # nothing new: no second line
-    _append(events, event="build", ok=True, seconds=31.4)
-    _append(events, event="collected", tests=[{"id": i} for i in range(3)])
-    _append(events, event="result", test=0, outcome="passed")
-    with open(events, "a") as f:
-        f.write('{"event": "result", "te')  # a line still being written is not read yet
-    p.tick("02_scale [cuda]")
-    p.tick("02_scale [cuda]")
-    p.end("02_scale [cuda]")
+
+    def write(record, path):
+        record(ev.Build(ok=True, seconds=31.4))
+        record(ev.Collected(tests=[{"id": i} for i in range(3)]))
+        record(ev.Result(test="0", outcome="passed"))
+        with open(path, "a") as f:
+            f.write('{"event": "result", "te')  # a line still being written is not read yet
+    _follow(p, tmp_path, "02_scale [cuda]", "checks", ("scale.cu",), write)
     assert out.getvalue().splitlines() == ["02_scale [cuda] building scale.cu",
                                            "02_scale [cuda] built (31 s); 3 checks"]
 
 
+def test_a_log_read_as_it_grows_keeps_each_line_whole(tmp_path):
+    """Tail: a line still being written waits for its end, and a character of several bytes
+    (×, —) does not shift the next read."""
+    path = tmp_path / "e.jsonl"
+    record, tail = ev.Recorder(path), ev.Tail(path)
+    record(ev.Result(test="a", outcome="failed", message="off by 2× — see"))
+    with open(path, "a") as f:
+        f.write('{"event": "done"')
+    assert [type(e) for e in tail.new()] == [ev.Result]
+    with open(path, "a") as f:
+        f.write('}\n')
+    assert [type(e) for e in tail.new()] == [ev.Done] and tail.new() == []
+
+
 def test_terminal_display_is_drawn_in_place_and_cleared(tmp_path):
-    events, out = tmp_path / "events.jsonl", Terminal()
+    out = Terminal()
     p = Progress(out)
-    p.begin("01_vector_add [triton]", events, "checks")
-    _append(events, event="build", ok=True, seconds=0)
-    _append(events, event="collected", tests=[{"id": i} for i in range(8)])
-    _append(events, event="result", test=0, outcome="passed")
-    p.tick("01_vector_add [triton]")
+    label = "01_vector_add [triton]"
+    p.on_event(label, "checks", ev.Began(label=label, phase="checks"))
+    for e in (ev.Build(ok=True, seconds=0), ev.Collected(tests=[{"id": i} for i in range(8)]),
+              ev.Result(test="0", outcome="passed")):
+        p.on_event(label, "checks", e)
+    p.live.refresh()
     assert "01_vector_add [triton] check 2/8 " in out.getvalue()
     assert "\n" not in out.getvalue()  # drawn in place (rich's live display), not appended
     p.print("checked 01_vector_add")  # the grade's own lines go above it
     assert "checked 01_vector_add\n" in out.getvalue()
-    p.end("01_vector_add [triton]")
+    p.on_event(label, "checks", ev.Exited(label=label))
     assert not p.live.is_started  # the display was taken down (transient: nothing left)
     assert "\x1b[?25h" in out.getvalue()  # and the cursor shown again
 
@@ -54,7 +73,7 @@ def test_terminal_display_is_drawn_in_place_and_cleared(tmp_path):
 def test_hypothesis_report_keeps_the_drawn_values_only():
     """A failing property check shows what was drawn, not the fixtures (some print as pages)."""
     from types import SimpleNamespace
-    from grader.judge.plugin import _hypothesis
+    from grader.judge.explain import hypothesis_report
     note = ("Failing test case: test_backward_matches_reference(\n"
             "    impl=Impl(solutions/05_softmax/triton),\n"
             "    exercise=Exercise(\n"
@@ -70,7 +89,7 @@ def test_hypothesis_report_keeps_the_drawn_values_only():
             "\nYou can reproduce this test case by temporarily adding "
             "@reproduce_failure('6.170.15', b'AEECQkxD') as a decorator on your test function")
     item = SimpleNamespace(fixturenames=["impl", "exercise", "device"])
-    example, blob, rest = _hypothesis([note, "another note"], item)
+    example, blob, rest = hypothesis_report([note, "another note"], item)
     assert example == "dtype=torch.bfloat16, seed=19523, (rows, N)=(7, 3), layout='MN'"
     assert blob == "AEECQkxD" and rest == ["another note"]
 
@@ -78,14 +97,13 @@ def test_hypothesis_report_keeps_the_drawn_values_only():
 def test_an_ahead_of_time_build_is_not_called_building(tmp_path):
     """With --build aot the library exists before the checks: the line says it is loaded, not
     built (seen on the H200: "building reduce_sum_kernels.cu ... built (0 s)")."""
-    events, out = tmp_path / "events.jsonl", io.StringIO()
+    out = io.StringIO()
     p = Progress(out, aot=True)
-    p.begin("04_reduce_sum [cuda]", events, "checks", ("reduce_sum_kernels.cu",))
-    p.tick("04_reduce_sum [cuda]")
-    _append(events, event="build", ok=True, seconds=0.0)
-    _append(events, event="collected", tests=[{"id": 0}])
-    p.tick("04_reduce_sum [cuda]")
-    p.end("04_reduce_sum [cuda]")
+
+    def write(record, path):
+        record(ev.Build(ok=True, seconds=0.0))
+        record(ev.Collected(tests=[{"id": 0}]))
+    _follow(p, tmp_path, "04_reduce_sum [cuda]", "checks", ("reduce_sum_kernels.cu",), write)
     assert out.getvalue().splitlines() == [
         "04_reduce_sum [cuda] loading the library built ahead of time",
         "04_reduce_sum [cuda] loaded (built ahead of time); 1 checks"]
@@ -107,7 +125,7 @@ def test_checks_failing_with_the_same_words_are_said_once():
                 for d in ("f32", "f16", "bf16")],
               Check("test_other[cpu]", "correctness", "failed", "y[3] is 2.0, expected 1.0"),
               Check("test_gradcheck[cpu-(13,)]", "gradcheck", "failed", same)]
-    r = TrackResult("05_softmax", "triton", "/tree", build={"ok": True}, checks=checks)
+    r = TrackResult("05_softmax", "triton", "/tree", build={"ok": True}, checks=tuple(checks))
     text = feedback(ex, r, score(ex, r), full=True)
     assert text.count(same) == 1, text
     assert "6 check(s) failed" in text and "failing example: seed=0" in text, text

@@ -72,11 +72,10 @@ def ex01():
 
 
 def _result(ex, outcomes: dict, **kw) -> TrackResult:
-    r = TrackResult(exercise=ex.id, track="triton", tree="t", build={"ok": True, "stage": "import"},
-                    **kw)
-    r.checks = [Check(name, "correctness", outcome, message=f"{name}: {outcome}")
-                for name, outcome in outcomes.items()]
-    return r
+    checks = tuple(Check(name, "correctness", outcome, message=f"{name}: {outcome}")
+                   for name, outcome in outcomes.items())
+    return TrackResult(exercise=ex.id, track="triton", tree="t",
+                       build={"ok": True, "stage": "import"}, checks=checks, **kw)
 
 
 CHECKS = ["test_matches_reference", "test_length_one_and_zero", "test_output_on_input_device",

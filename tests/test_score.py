@@ -1,4 +1,5 @@
 """Points: proportional checks, threshold-to-credit mapping."""
+import dataclasses
 import pytest
 
 from grader.common.discover import Threshold, discover
@@ -23,15 +24,14 @@ def test_threshold_reads_the_right_figure():
 
 def test_points_are_proportional_and_gpu_checks_earn_nothing():
     ex = discover(only="01")[0]
-    r = TrackResult("01_vector_add", "triton", "t", build={"ok": True})
-    r.checks = [Check("a", "correctness", "passed"), Check("b", "correctness", "passed"),
-                Check("c", "correctness", "failed"), Check("d", "correctness", "needs a GPU")]
+    checks = (Check("a", "correctness", "passed"), Check("b", "correctness", "passed"),
+              Check("c", "correctness", "failed"), Check("d", "correctness", "needs a GPU"))
     # 01's one threshold: 60% of the copy ceiling earns nothing, 85% all: 72.5% earns half
-    r.performance = {"status": "measured", "figures": {"forward": {"fraction": 0.725}}}
+    r = TrackResult("01_vector_add", "triton", "t", build={"ok": True}, checks=checks,
+                    performance={"status": "measured", "figures": {"forward": {"fraction": 0.725}}})
     s = score(ex, r)
     assert s.correctness == pytest.approx(ex.points["correctness"] * 2 / 4)
     assert s.performance == 0  # timed, shown, but no points while a correctness check fails
-    r.checks[2].outcome = "passed"
+    r = dataclasses.replace(r, checks=checks[:2] + (dataclasses.replace(checks[2], outcome="passed"),) + checks[3:])
     assert score(ex, r).performance == pytest.approx(ex.points["performance"] * 0.5)
-    r.build = {"ok": False}
-    assert score(ex, r).total == 0
+    assert score(ex, dataclasses.replace(r, build={"ok": False})).total == 0

@@ -52,14 +52,14 @@ class Progress:
     """The display of one grade (its tracks may run side by side): subscribe `on_event`."""
 
     def __init__(self, stream=None, *, aot: bool = False):
+        self.aot = aot  # --build aot: a track's library is loaded, not built
+        self.tracks: dict[tuple, _Track] = {}
+        self.lock = threading.Lock()
         self.console = Console(file=stream or sys.stdout, highlight=False)
         self.tty = self.console.is_terminal
         self.live = Live(console=self.console, transient=True, auto_refresh=True,
                          refresh_per_second=2, redirect_stdout=False,
                          get_renderable=self._render) if self.tty else None
-        self.aot = aot  # --build aot: a track's library is loaded, not built
-        self.tracks: dict[tuple, _Track] = {}
-        self.lock = threading.Lock()
 
     def on_event(self, label: str, phase: str, event: ev.Event) -> None:
         with self.lock:
