@@ -65,14 +65,15 @@ def cmd_grade(args) -> int:
 
 def cmd_batch(args) -> int:
     if args.slurm:
-        from grader.tools.slurm import submit_command  # a command's own modules: only for it
+        # a command's own modules: imported only for it
+        from grader.tools.slurm import submit_command
         return submit_command(args)
-    from grader.tools.batch import batch_command  # a command's own modules: only for it
+    from grader.tools.batch import batch_command  # (as above)
     return batch_command(args)
 
 
 def cmd_bench(args) -> int:
-    from grader.tools.bench import bench_command  # a command's own modules: only for it
+    from grader.tools.bench import bench_command  # a command's own: only for it
     return bench_command(_exercises(args.exercise), _tree(args), Path(args.out),
                          repeats=args.repeats)
 
@@ -81,7 +82,7 @@ def cmd_watch(args) -> int:
     exercises = _exercises(args.exercise)
     if len(exercises) != 1:
         sys.exit("grader: watch follows one exercise: --exercise NN")
-    from grader.tools.watch import watch_command  # a command's own modules: only for it
+    from grader.tools.watch import watch_command  # a command's own: only for it
     return watch_command(_tree(args), exercises[0], quick=args.quick)
 
 
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
     g.add_argument("--visibility", **VISIBILITY)
     b = sub.add_parser("batch", help="grade every submission in a folder (a class)")
     if (argv if argv is not None else sys.argv[1:])[:1] == ["batch"]:
-        from grader.tools.batch import add_arguments  # a command's own modules: only for it
+        from grader.tools.batch import add_arguments  # a command's own: only for it
         add_arguments(b)
     sub.choices["bench"].add_argument("--out", default=str(ROOT / "docs"))
     sub.choices["bench"].add_argument("--repeats", type=int, default=2, help="times the graded "

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from grader.tools.batch import track_rows
+from grader.tools.summary import track_rows
 from grader.common.settings import Settings
 
 EX = "01_vector_add"
@@ -27,7 +27,7 @@ DELEGATE = ("    add_kernel[grid](x, y, out, n, BLOCK=BLOCK, num_warps=NUM_WARPS
 
 
 def batch(submissions, out, *extra):
-    env = {**os.environ, **Settings(select=SELECT).env(), "CI": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **Settings(select=SELECT, examples="fixed").env(), "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(submissions), "--out",
                            str(out), "--exercise", "01", "--no-bench", *extra],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
@@ -84,7 +84,7 @@ def test_batch_grades_a_class_and_resumes(tmp_path, variant):
 def test_zips_unpack_inside_their_folder_only(tmp_path):
     """A learner's zip is source files: a member outside the folder (../, an absolute path) is
     refused; a tree wrapped in one top folder is found inside it."""
-    from grader.tools.batch import tree_root, unpack
+    from grader.tools.summary import tree_root, unpack
     for bad in ("../escaped.py", "/tmp/absolute.py"):
         z = tmp_path / "bad.zip"
         with zipfile.ZipFile(z, "w") as f:

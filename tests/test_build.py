@@ -82,12 +82,13 @@ def test_trees_build_apart():
 _PCH_PROBE = r'''
 import subprocess, sys
 sys.path.insert(0, sys.argv[1])
-from grader.submission import build
-includes = build.toolchain_env()
-plan = build._pch_plan(includes)
+from grader.submission import pch
+from grader.submission.toolchain import toolchain_env
+includes = toolchain_env()
+plan = pch._pch_plan(includes)
 if plan is None:
     print("not GCC"); sys.exit(0)
-flags = build.precompiled_header(includes)
+flags = pch.precompiled_header(includes)
 src = sys.argv[2]
 run = subprocess.run(plan[0] + flags + ["-H", "-fsyntax-only", src], capture_output=True,
                      text=True)
@@ -103,7 +104,7 @@ def test_the_bindings_precompiled_header_is_made_and_read_by_gcc(tmp_path):
     PCH made with other flags would be refused and every build would parse the headers again."""
     import subprocess
     import sys
-    made = subprocess.run([sys.executable, "-m", "grader.submission.build", "--pch"], cwd=ROOT,
+    made = subprocess.run([sys.executable, "-m", "grader.submission.pch"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert made.returncode == 0, made.stderr[-2000:]
     src = tmp_path / "binding.cpp"
@@ -125,71 +126,72 @@ def test_a_build_waits_for_the_precompiled_header_being_made(tmp_path, monkeypat
     its kernels meanwhile, waits and then uses it; with no lock held and no PCH it goes on
     without one at once."""
     import os
-    from grader.submission import build
-    monkeypatch.setattr(build, "PCH_DIR", tmp_path / "pch")
-    monkeypatch.setattr(build, "PCH_LOCK", tmp_path / "pch" / "building.lock")
+    from grader.submission import pch
+    from grader.submission.toolchain import toolchain_env
+    monkeypatch.setattr(pch, "PCH_DIR", tmp_path / "pch")
+    monkeypatch.setattr(pch, "PCH_LOCK", tmp_path / "pch" / "building.lock")
     saved = dict(os.environ)
     try:
-        build.toolchain_env()  # CUDA_HOME and the compiler, as a build sets them
-        _waits(build)
+        toolchain_env()  # CUDA_HOME and the compiler, as a build sets them
+        _waits(pch)
     finally:
         os.environ.clear()
         os.environ.update(saved)
 
 
-def _waits(build):
+def _waits(pch):
     import subprocess
     import sys
     import time
-    plan = build._pch_plan([])
+    plan = pch._pch_plan([])
     if plan is None:
         pytest.skip("this compiler is not GCC: builds parse the headers (no PCH)")
     gch = plan[1].with_name(plan[1].name + ".gch")
-    build.PCH_LOCK.parent.mkdir(parents=True)
-    build.PCH_LOCK.touch()
+    pch.PCH_LOCK.parent.mkdir(parents=True)
+    pch.PCH_LOCK.touch()
     began = time.monotonic()
     meanwhile = []
-    assert build.precompiled_header([], meanwhile=lambda: meanwhile.append(1)) == []
+    assert pch.precompiled_header([], meanwhile=lambda: meanwhile.append(1)) == []
     assert time.monotonic() - began < 5 and not meanwhile
     maker = subprocess.Popen([sys.executable, "-c", (
         "import fcntl, os, sys, time\n"
-        f"f = open({str(build.PCH_LOCK)!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+        f"f = open({str(pch.PCH_LOCK)!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
         "print('held', flush=True); time.sleep(1.5)\n"
         f"os.makedirs({str(gch.parent)!r}); open({str(gch)!r}, 'w').close()\n")],
         stdout=subprocess.PIPE, text=True)
     assert maker.stdout.readline().strip() == "held"
     began = time.monotonic()
-    assert build.precompiled_header([], meanwhile=lambda: meanwhile.append(1)) == \
+    assert pch.precompiled_header([], meanwhile=lambda: meanwhile.append(1)) == \
         ["-include", str(plan[1])]
     assert time.monotonic() - began >= 1.0
     assert meanwhile == [1]  # the kernels compiled while it waited
     maker.wait(timeout=30)
 
 
-def test_a_known_pch_starts_no_child(tmp_path, monkeypatch):
-    """Once the PCH child has run for this toolchain, a grade starts none (it would import
-    torch, ~2 s of CPU, only to find the PCH made); another toolchain, or the PCH gone, does."""
+def test_a_known_pch_is_said_at_once_without_torch(tmp_path):
+    """The grade starts the PCH's child and waits for its first line: once the PCH was made
+    for this toolchain, the child says "known" and exits without importing torch (~2 s of CPU
+    for nothing); another toolchain, or the PCH gone, and it takes the lock ("held")."""
+    import os
     import subprocess
     import sys
-    from grader.submission import build
-    from grader.common.discover import discover
-    monkeypatch.setattr(build, "PCH_DIR", tmp_path / "pch")
-    monkeypatch.setattr(build, "PCH_LOCK", tmp_path / "pch" / "building.lock")
-    started = []
-    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
-    cuda = [discover(only="02")[0].tracks["cuda"]]
     gch = tmp_path / "pch" / "k" / "course_pch.h.gch"
     gch.parent.mkdir(parents=True)
     gch.touch()
-    record = lambda toolchain: (tmp_path / "pch" / "known.json").write_text(json.dumps(
-        {"toolchain": toolchain, "made": str(gch), "failed": str(gch.parent / "failed.txt")}))
-    record(build._toolchain())
-    build.start_pch(cuda)
-    assert started == []
-    record([sys.executable, "another torch"])
-    build.start_pch(cuda)
-    assert len(started) == 1
-    record(build._toolchain())
+    probe = ("import json, sys\n"
+             "from grader.submission import pch\n"
+             "if sys.argv[1] == 'record':\n"
+             "    (pch.PCH_DIR / 'known.json').write_text(json.dumps({'toolchain': pch._toolchain(),"
+             " 'made': sys.argv[2], 'failed': sys.argv[2] + '.failed'}))\n"
+             "else:\n"
+             "    print(pch._pch_known(), 'torch' in sys.modules)\n")
+    env = {**os.environ, "GRADER_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    run = lambda *a: subprocess.run([sys.executable, "-c", probe, *a], env=env, cwd=ROOT,
+                                    capture_output=True, text=True, timeout=120).stdout.split()
+    run("record", str(gch))
+    assert run("ask") == ["True", "False"]  # known, and torch never imported to say so
     gch.unlink()
-    build.start_pch(cuda)
-    assert len(started) == 2
+    assert run("ask") == ["False", "False"]
+    env["CXX"] = "another-compiler"  # another toolchain
+    gch.touch()
+    assert run("ask") == ["False", "False"]

@@ -264,11 +264,12 @@ def test_timing_phase_runs_in_its_own_judge():
 
 
 def test_a_submission_process_started_before_torch_is_adopted_only_for_its_own_track():
-    """The judge starts the submission's process before importing torch (grader.run.launch): the
+    """The judge starts the submission's process before importing torch (grader.judge.spawn): the
     session adopts it when it was started for the same tree, exercise and track, and otherwise
     ends it and starts the right one (a process for another track must never serve checks)."""
-    from grader.run.launch import start_submission
     from grader.judge.proxy import Session
+    from grader.judge.spawn import Spawner
+    start_submission = Spawner().start
     track = EX01.tracks["triton"]
     tree = ROOT / "solutions"
     early = start_submission(tree, EX01.id, track.name)

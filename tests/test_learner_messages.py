@@ -11,11 +11,6 @@ EX01 = discover(only="01")[0]
 EX05 = discover(only="05")[0]
 
 
-@pytest.fixture(autouse=True)
-def _fewer_examples(monkeypatch):
-    monkeypatch.setenv("CI", "1")  # derandomized hypothesis examples, fewer of them
-
-
 def failed(result) -> dict:
     """{check name with parameters: message} of the failed checks."""
     return {c.name: c.message for c in result.checks if c.outcome == "failed"}
@@ -25,7 +20,7 @@ def passed(result) -> set:
     return {c.name for c in result.checks if c.outcome == "passed"}
 
 
-# --- gradcheck (grader.judge.testing.gradcheck_checked) ----------------------------------------------
+# --- gradcheck (grader.judge.gradcheck.gradcheck_checked) ----------------------------------------------
 
 def test_gradcheck_names_a_forward_that_ignores_float64(variant, configure):
     """The forward computes in float32 for float64 inputs: gradcheck's finite differences are then
@@ -63,7 +58,7 @@ def test_a_fast_mode_gradcheck_failure_does_not_recompute_the_jacobians():
     input element: 60 s of 05's (2, 600) case on the interpreter). The verdict stays
     gradcheck's; the message is the located one, made from ~2 * 64 forwards."""
     from grader.judge.check import Mismatch
-    from grader.judge.testing import gradcheck_checked
+    from grader.judge.gradcheck import gradcheck_checked
     calls = []
 
     class Twice(torch.autograd.Function):

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from conftest import make_variant
-from grader.run import launch
+from grader.common.forking import Forker
+from grader.common.processes import child_env
 from grader.common.discover import discover
 from grader.run.grade import Submission, grade, write_reports
 from grader.common.paths import ROOT
 from grader.tools.watch import Watcher
-from grader.run.zygote import Forker, Zygote, ZygoteError
+from grader.run.zygotes import Zygote, ZygoteError
 
 EX01 = discover(only="01")[0]
 FILE = "01_vector_add/triton/vector_add.py"
@@ -29,7 +30,7 @@ TAMPER = ("import torch\n"
           "import torch.library\n"
           "torch.library.opcheck = lambda *a, **k: None\n"
           "try:\n"
-          f"    open({str(ROOT / 'grader' / 'score.py')!r}, 'a').write('# changed')\n"
+          f"    open({str(ROOT / 'grader' / 'run' / 'score.py')!r}, 'a').write('# changed')\n"
           "except OSError:\n"
           "    pass\n")
 
@@ -42,7 +43,6 @@ def verdicts(g):
 
 def fresh(tree):
     """What `python -m grader grade --exercise 01 --submission TREE --no-bench` decides."""
-    assert launch.FORKER is None
     return grade(Submission(tree, (EX01,), bench=False))
 
 
@@ -62,7 +62,6 @@ def test_the_watch_loop_gives_the_verdicts_of_a_fresh_grade(tmp_path):
         w.start()
         assert len(w.zygotes) == 2 and isinstance(w.launcher, Forker), "no zygote served"
         good = w.regrade()
-        assert launch.FORKER is None  # set only while the loop grades
         first = fresh(tree)
         assert verdicts(good) == verdicts(first)
         # the same files: the same scorecard and feedback, line for line
@@ -88,9 +87,9 @@ def test_the_watch_loop_gives_the_verdicts_of_a_fresh_grade(tmp_path):
 
         # the sandbox and the watched functions, in a forked process as in a started one
         source.write_text(solved.replace("import torch\n", TAMPER, 1))
-        score_py = (ROOT / "grader" / "score.py").read_bytes()
+        score_py = (ROOT / "grader" / "run" / "score.py").read_bytes()
         r, s = w.regrade().rows[0][1:]
-        assert (ROOT / "grader" / "score.py").read_bytes() == score_py
+        assert (ROOT / "grader" / "run" / "score.py").read_bytes() == score_py
         assert any("grader/run/score.py" in t for t in r.tampering), r.tampering
         assert any("replaced torch.library.opcheck" in t for t in r.tampering), r.tampering
         assert s.total == 0
@@ -102,8 +101,8 @@ def test_the_watch_loop_gives_the_verdicts_of_a_fresh_grade(tmp_path):
 def test_a_zygote_that_would_touch_cuda_refuses_to_serve(tmp_path):
     """grader.judge.plugin asks torch.cuda.is_available() at import: a zygote preloading it would
     initialise CUDA before forking (on a GPU), so it refuses, naming the import."""
-    z = Zygote("judge", launch.child_env(), tmp_path / "zygote.log", preload=["grader.judge.plugin"])
-    with pytest.raises(ZygoteError, match=r"CUDA was queried .*importing grader\.plugin"):
+    z = Zygote("judge", child_env(), tmp_path / "zygote.log", preload=["grader.judge.plugin"])
+    with pytest.raises(ZygoteError, match=r"CUDA was queried .*importing grader\.judge\.plugin"):
         z.ready()
     assert not z.alive()
 
@@ -230,20 +229,20 @@ def test_a_grade_of_several_tracks_forks_from_zygotes_with_the_same_verdicts(mon
     """On a machine without a GPU, `make grade` forks its judges and submission's processes
     from two zygotes (grader.run.grade._forking): the same verdicts as processes started afresh,
     and no zygote left behind."""
-    from grader import grade as grade_module
-    if grade_module._driver_loaded():
+    from grader.common.machine import driver_loaded
+    from grader.run import grade as grade_module
+    if driver_loaded():
         pytest.skip("a GPU driver is here: a grade starts its processes afresh")
     exercises = (EX01, discover(only="05")[0])
     started = []
-    from grader.run import zygote
-    real = zygote.start_zygotes
+    real = grade_module.start_zygotes
 
     def spy(*a, **k):
         started.append(real(*a, **k))
         return started[-1]
-    monkeypatch.setattr(zygote, "start_zygotes", spy)
+    monkeypatch.setattr(grade_module, "start_zygotes", spy)
     forked = grade(Submission(ROOT / "starter", exercises, bench=False))
-    assert len(started) == 1 and launch.FORKER is None
+    assert len(started) == 1
     assert not any(z.alive() for z in started[0])
     monkeypatch.setattr(grade_module, "FORK_AT", 99)
     afresh = grade(Submission(ROOT / "starter", exercises, bench=False))

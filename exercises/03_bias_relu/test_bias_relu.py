@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader.judge.testing import gradcheck_checked
+from grader.judge.gradcheck import gradcheck_checked
 from grader.judge.check import Mismatch, assert_close as compare, call_checked, expect_refusal, names_argument
 from grader.judge.strategies import dtypes, matrices, randn, seeds
 

@@ -23,7 +23,7 @@ import torch
 from hypothesis import given, strategies as st
 
 from grader.judge import check
-from grader.judge.testing import gradcheck_checked
+from grader.judge.gradcheck import gradcheck_checked
 from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.judge.strategies import randn, seeds
 from grader.judge.testing import (compiled_matches, expected_grads, float64, new_contents_same_shapes,

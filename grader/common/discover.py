@@ -10,12 +10,13 @@ A bad spec raises `SpecError` naming the file and the field, e.g.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grader.common.paths import EXERCISES, ROOT
+import tomllib
+
 from grader.common.ceilings import CEILINGS
+from grader.common.paths import EXERCISES, ROOT
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 METRICS = ("fraction_of_ceiling", "speedup")

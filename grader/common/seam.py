@@ -14,10 +14,10 @@ from __future__ import annotations
 import io
 import pickle
 import threading
+from multiprocessing.reduction import ForkingPickler
 
 import torch
 import torch.multiprocessing  # registers the tensor reductions with ForkingPickler
-from multiprocessing.reduction import ForkingPickler
 
 # shared-memory files by name (no file-descriptor passing over the socket)
 torch.multiprocessing.set_sharing_strategy("file_system")

@@ -8,7 +8,7 @@
   submission's own at all, is delegation.
 - **The caller's stream.** Every kernel of the op must run on the caller's current stream; work on
   another stream is not ordered before the caller's next use of the output.
-- **Fresh memory is poisoned** (`poison_fresh_memory`): an element a kernel forgets to write
+- **Fresh memory is poisoned** (grader.common.poison): an element a kernel forgets to write
   reads NaN.
 
 What keeps the repository and the judge out of the submission's reach is grader.submission.sandbox.
@@ -116,16 +116,3 @@ def side_stream(observed: dict, *, what: str) -> str | None:
             f"{stream}: its output is not ordered before the caller's next use (it may still be "
             f"running when read). Launch on the current stream (at::cuda::getCurrentCUDAStream() "
             f"/ torch.cuda.current_stream()), or make it wait for your side stream")
-
-
-def poison_fresh_memory(on: bool = True) -> None:
-    """Fresh allocations (torch.empty, at::empty) come back NaN-filled (INT_MAX for integers),
-    so an element a kernel forgets to write cannot pass by luck; off for timing (the fill is a
-    full extra write pass). This is torch.use_deterministic_algorithms(on, warn_only=True)
-    without its one other effect, Inductor's `deterministic` setting: setting that imports
-    torch._inductor (and dynamo), ~2 s at the start of every judge and submission process,
-    for a setting only compiled code would read. warn_only: ops without a deterministic
-    variant still run."""
-    import torch
-    torch._C._set_deterministic_algorithms(on, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = on

@@ -3,15 +3,16 @@
     python -m grader.judge --tree starter --exercise 02_scale --track cuda --events E.jsonl \
         [--phase checks|bench|sweep|warm] [--gate FILE]
 
-The judge never imports the submission. It starts the submission's process (grader.run.launch,
-adopted by grader.judge.proxy), which builds and imports the track; phase `checks` then runs the
-exercise's checks through pytest and the grader plugin, every call crossing to that process;
-phase `bench` (a fresh judge and submission process) times it (grader.judge.measure); phase `sweep`
-runs `make bench` for one exercise (grader.tools.bench); phase `warm` (no submission at all) compiles
-the exercise's baselines while checks run (grader.judge.baselines). Everything the judge learns goes
-to the events file as it happens; whatever kills a process, the parent reads what was written.
-The events file is the judge's alone: the submission's process is never told its path and
-cannot write outside its scratch folder.
+What runs here: the judge's process, which never imports the submission. It starts the
+submission's process first (grader.judge.spawn; adopted by grader.judge.proxy), so that process
+builds and imports the track while this one imports torch and pytest, then runs its phase
+(grader.judge.phases: checks, bench, sweep or warm). Everything the judge learns goes to the
+events file as it happens (grader.common.events); whatever kills a process, the parent reads
+what was written. The events file is the judge's alone: the submission's process is never told
+its path and cannot write outside its scratch folder.
+
+What the judge's modules may import: grader.common, and each other; never grader.run (the grade
+process), grader.submission (the sandboxed process) nor grader.tools (.importlinter).
 """
 from __future__ import annotations
 
@@ -20,16 +21,11 @@ import time
 BEGAN = time.time()  # the process's start, before any import (the timeline shows the imports)
 
 import argparse  # noqa: E402
-import gc  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 # Nothing imported at the top imports torch: the submission's process starts first (below).
-from grader.common import events as ev  # noqa: E402
-from grader.common.discover import load_exercise  # noqa: E402
-from grader.common.paths import EXERCISES, HYPOTHESIS, ROOT  # noqa: E402
-from grader.common.processes import crash_excerpt  # noqa: E402
 from grader.common.settings import current  # noqa: E402
 from grader.judge.spawn import Spawner  # noqa: E402
 
@@ -54,94 +50,9 @@ def main(argv=None) -> int:
         # the submission's process starts now and imports its torch while this one imports its
         # own (torch is not imported yet here): 2-4 s less per track
         early = spawner.start(args.tree, args.exercise, args.track)
-    import torch  # after the early start (above)
-    record = ev.Recorder(args.events)
-    exercise = load_exercise(EXERCISES / args.exercise)
-    track = exercise.tracks[args.track]
-    record(ev.JudgeStarted(pid=os.getpid(), began=BEGAN, torch=torch.__version__,
-                           gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None))
-    # each phase's modules import torch, pytest or Triton: imported here, after the early start
-    if args.phase == "warm":  # no submission: compile the baselines ahead
-        from grader.judge.baselines import warm_baselines
-        record(ev.Warmed(seconds=warm_baselines(exercise)))
-    elif args.phase == "sweep":  # make bench: every track of the tree, in processes of their own
-        from grader.judge.sweep import bench_exercise
-        bench_exercise(args.tree.resolve(), exercise, record, repeats=current().bench_repeats,
-                       spawner=spawner)
-    else:
-        if args.phase == "checks":  # read by the judge before any submission code runs
-            from grader.judge.review import review_track  # standard library only: cheap
-            record(ev.Review(findings=[str(f) for f in review_track(
-                args.tree / exercise.id / track.name, list(track.files))]))
-        _with_submission(args, exercise, track, record, early, spawner)
-    record(ev.Done())
-    return 0
-
-
-def _with_submission(args, exercise, track, record, early, spawner) -> None:
-    """Phases checks and bench: open the submission's process, record its build, go on."""
-    # hypothesis keeps what it stores (the constants it reads from source files) in the
-    # grader's cache, not in a .hypothesis/ folder of the repository it runs in
-    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(HYPOTHESIS))
-    # pytest and the plugins the checks use, imported while the submission's process is still
-    # importing torch and loading the track (open_session waits for it): off the critical path
-    import _hypothesis_pytestplugin  # noqa: F401
-    import pytest
-    import pytest_timeout  # noqa: F401
-    from grader.common.seam import start_sharing
-    from grader.judge.plugin import Grader
-    from grader.judge.proxy import SubmissionDied
-    grader = Grader(args.events, spawner, prestarted=early)
-    start_sharing()  # while the submission's process loads the track
-    # what was imported lives as long as the process: out of the collector's sight, so that a
-    # full collection (Python's own, and pytest's at its end: 0.1-0.4 s each here) walks only
-    # what the checks make
-    gc.freeze()
-    try:
-        session = grader.open_session(args.tree, exercise, track)
-    except SubmissionDied as e:
-        record(ev.Build(ok=False, stage="import", message=e.reason + (
-            ("\n" + crash_excerpt(e.log, 15)) if e.log.strip() else "")))
-        return
-    loaded = session.loaded
-    if "error" in loaded:  # the load itself raised
-        err = loaded["error"]
-        loaded = {"built": False, "stage": "import",
-                  "message": f"loading the track failed: {err.get('type')}: {err.get('message')}"}
-    record(ev.Build(ok=bool(loaded.get("built")), stage=loaded.get("stage"),
-                    message=loaded.get("message", ""), seconds=loaded.get("seconds"),
-                    rebuilt=loaded.get("rebuilt"), sandbox=loaded.get("sandbox")))
-    if not loaded.get("built"):
-        session.close()
-        return
-    if args.phase == "bench":  # the parent saw the build load; it is cached
-        from grader.judge.baselines import prepare_performance
-        from grader.judge.measure import grade_performance
-        prepared = None
-        if args.gate is not None:  # started ahead: another track may be timing right now
-            prepared = prepare_performance(exercise)  # CPU only: no kernel runs before the gate
-            record(ev.Ready())
-            while not args.gate.exists():
-                time.sleep(0.01)
-            record(ev.Gate())
-        grade_performance(exercise, track, session, record, prepared)
-        if session.attempts:  # the repository written, or the evidence redirected, while timed
-            record(ev.Tampering(paths=list(session.attempts)))
-        session.close()
-        return
-    select = current().select  # a pytest -k expression: the project's own tests
-    # Only the plugins the checks need, whatever else this machine has installed (a plugin that
-    # reorders, reruns or times tests would change what a check means; loading them all cost
-    # ~1 s), and plain asserts: the checks explain their own failures (grader.judge.check), so
-    # pytest's assertion rewriting would only recompile every imported plugin module, each run
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    code = pytest.main([str(exercise.dir), "-p", "_hypothesis_pytestplugin", "-p",
-                        "pytest_timeout", "-p", "grader.judge.plugin", "--tree", str(args.tree),
-                        "--track", track.name, "--rootdir", str(ROOT), "-q", "--no-header",
-                        "-p", "no:cacheprovider", "-rN", "--tb=short", "--assert=plain"]
-                       + (["-k", select] if select else []), plugins=[grader])
-    record(ev.ChecksExited(exit_code=int(code)))
-    session.close()
+    # torch, pytest and the rest, imported only now: after the start above
+    from grader.judge.phases import run_phase
+    return run_phase(args, BEGAN, early, spawner)
 
 
 if __name__ == "__main__":

@@ -14,17 +14,18 @@ import os
 import time
 from pathlib import Path
 
-from grader.judge.cases import dy_for, fresh_seed, make_inputs
+import torch
+
 from grader.common.paths import BASELINES, warm_marker
 from grader.common.reference import load_reference
 from grader.common.settings import current
 from grader.common.timing import host_ms, make_step, time_step
+from grader.judge.cases import dy_for, fresh_seed, make_inputs
 
 
 def _compiled(fn):
     """A baseline under torch.compile: static shapes, one specialized compile per swept shape
     (dynamo is reset per case), not the slower dynamic-shape kernels dynamo switches to."""
-    import torch
     torch._dynamo.config.cache_size_limit = 64  # one compile per swept shape
     return torch.compile(fn, dynamic=False)
 
@@ -66,7 +67,6 @@ def time_baselines(exercise, ref, case, mode, fns, *, graded=True) -> dict:
     """Each baseline's GPU time at `case` (timing.time_step: graph replay, as the submission's
     op; a baseline that cannot be captured is timed by events and says so), with its host time
     at the graded case."""
-    import torch
     b = exercise.benchmark
     args = make_inputs(exercise, ref, case, fresh_seed())
     dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
@@ -98,7 +98,6 @@ def warm_baselines(exercise) -> float:
     hold them, and the timing phase's compile of the same code is a cache hit (seconds instead
     of tens of seconds). Nothing is timed here; it runs while other tracks' checks share the GPU.
     When all compiled, leaves warm_marker. Returns the seconds it took."""
-    import torch
     start = time.perf_counter()
     b = exercise.benchmark
     if b is None or not torch.cuda.is_available():
@@ -157,7 +156,6 @@ def baseline_times(exercise, ref, mode, fns) -> dict:
 def _cached_at(exercise, mode, names) -> Path | None:
     """Where baseline_times keeps the figures of (exercise, mode): QUICK's folder, the run's,
     or None (measure, keep nothing)."""
-    import torch
     b = exercise.benchmark
     folder = BASELINES if current().quick else current().run_cache
     if not folder:
@@ -173,7 +171,6 @@ def prepare_performance(exercise) -> tuple:
     callables (creating a torch.compile'd one imports dynamo and Inductor, seconds). A timing
     worker started ahead does this while another track's timing holds the GPU (nothing here
     launches a kernel)."""
-    import torch
     ref = load_reference(exercise)
     lazy = baseline_fns(exercise, ref, lazy=True)
     if current().quick or all((p := _cached_at(exercise, m, lazy)) is not None and p.is_file()

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
 from grader.common.seam import tensors_in
 
 
@@ -15,14 +18,12 @@ def fresh_seed() -> int:
 
 
 def make_inputs(exercise, ref, case, seed):
-    import torch
     dtype = getattr(torch, exercise.benchmark.dtype)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     return tuple(getattr(ref, exercise.benchmark.inputs)(case, dtype, "cuda", gen))
 
 
 def nbytes(v) -> int:
-    import torch
     return sum(t.numel() * t.element_size() for t in tensors_in(v) if isinstance(t, torch.Tensor))
 
 
@@ -31,8 +32,6 @@ def dy_for(ref, args, exercise):
     output's shape comes from the reference run on fake tensors (no memory, no time: 13's
     reference at its benchmark case would hold an S x S matrix per head); a reference that
     cannot run on them runs for real."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
     try:
         with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
             out = ref.reference(*[mode.from_tensor(a) if isinstance(a, torch.Tensor) else a

@@ -13,9 +13,9 @@ from pathlib import Path
 import hypothesis
 import pytest
 
+from grader.common import events as ev
 from grader.common.discover import load_exercise
 from grader.common.paths import ROOT
-from grader.common import events as ev
 from grader.common.settings import current
 from grader.judge.proxy import SubmissionDied
 

@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from grader.common import events as ev
+from grader.common.ceilings import CEILINGS, rate
+from grader.common.paths import CEILINGS as CEILING_CACHE
+from grader.common.seam import transfer_copy, tree_map
+from grader.common.trust import Delegation, SideStream
 from grader.judge.baselines import baseline_times, prepare_performance
 from grader.judge.cases import dy_for, fresh_seed, make_inputs, nbytes
-from grader.common.paths import CEILINGS as CEILING_CACHE
-from grader.judge.proxy import SubmissionDied, raise_remote, remote_call
-from grader.common.seam import transfer_copy, tree_map
-from grader.judge.testing import expected_grads, float64
-from grader.common.ceilings import CEILINGS, rate
 from grader.judge.ceilings import measure_ceilings
-from grader.common.trust import Delegation, SideStream
+from grader.judge.proxy import SubmissionDied, raise_remote, remote_call
+from grader.judge.testing import expected_grads, float64
 
 # wall clock per call over the reported time that is believed: replays are launched in a few us
 # and run back to back (their wall clock is their GPU time, a little less with a warm L2); eager
@@ -66,7 +68,6 @@ def _ok(reply: dict) -> dict:
 
 def validate(exercise, ref, args, mode, got, dy=None) -> str | None:
     """None if this call's outputs (and gradients) are this input's answer; else why not."""
-    import torch
     b = exercise.benchmark
     # an op with randomness of its own (dropout) declares how the reference reproduces it from
     # the output: reference.matching(args, output) -> a function like reference
@@ -96,7 +97,6 @@ def validate(exercise, ref, args, mode, got, dy=None) -> str | None:
 
 def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = True) -> dict:
     """Time the submission's op at `case` in `mode` (in its process), and vouch for it."""
-    import torch
     b = exercise.benchmark
     began = time.perf_counter()
     trace = lambda what: print(f"[timing]   {mode} {what}: {time.perf_counter() - began:.2f} s",
@@ -155,7 +155,6 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, gr
     values into every set, time the k back-to-back replays (or calls) with the judge's clock
     (minus an empty request's round trip), and hold every output to float64 of the values the
     judge wrote. Returns (ms per call, the first problem or None)."""
-    import torch
     b = exercise.benchmark
     staged = [make_inputs(exercise, ref, case, fresh_seed()) for _ in range(k)]
     sent = share(staged)
@@ -200,7 +199,6 @@ def _refill(sent, fresh):
     """Write `fresh`'s tensors into the shared tensors of `sent` (same structure), keeping
     `sent`'s other arguments (a scalar, a seed: a captured graph holds them fixed). Returns the
     arguments as the judge computes the expectation from: fresh values, the same scalars."""
-    import torch
     if isinstance(sent, torch.Tensor):
         sent.copy_(fresh)
         return fresh
@@ -255,7 +253,6 @@ def figures_for(exercise, model, t, ceilings) -> dict:
 def grade_performance(exercise, track, session, record, prepared: tuple | None = None) -> None:
     """Time one track at the graded case against the baselines; record the performance event.
     `prepared`: prepare_performance(exercise), done ahead."""
-    import torch
     b = exercise.benchmark
     if b is None:
         return

@@ -19,18 +19,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, settings as hypothesis_settings
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as hypothesis_settings
 
 from grader.common import events as ev
 from grader.common.paths import ROOT
+from grader.common.poison import poison_fresh_memory
+from grader.common.reference import load_reference
 from grader.common.seam import transfer_copy, tree_map
 from grader.common.settings import current
-from grader.common.trust import poison_fresh_memory
 from grader.judge import check
 from grader.judge.cases import dy_for, fresh_seed, make_inputs
 from grader.judge.explain import exercise_of, explain, repro_items, short
 from grader.judge.proxy import RemoteImpl, Session, SubmissionDied, sanitizer_findings
-from grader.common.reference import load_reference
 from grader.judge.spawn import Spawner
 
 HAS_GPU = torch.cuda.is_available()

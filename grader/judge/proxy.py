@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 
 from grader.common import seam, trust
-from grader.judge.check import Mismatch, note_call
 from grader.common.processes import describe_exit
-from grader.judge.spawn import Spawner, key
 from grader.common.settings import current
+from grader.judge.check import Mismatch, note_call
+from grader.judge.spawn import Spawner, key
 
 _BUILTIN = {c.__name__: c for c in (NotImplementedError, ValueError, TypeError, IndexError,
                                     AssertionError, RuntimeError)}
@@ -363,7 +363,7 @@ class RemoteImpl:
         blocks back. None where NVML cannot say (no GPU, no pynvml, no per-process figures)."""
         reply = self._session.request("footprint")
         try:
-            import pynvml
+            import pynvml  # optional (absent: no figure, and the check says why)
             pynvml.nvmlInit()
             handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
             for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):

@@ -12,12 +12,12 @@ import torch
 
 from grader.common import events as ev
 from grader.common.paths import CEILINGS
+from grader.common.reference import load_reference
 from grader.common.settings import current
 from grader.judge.baselines import baseline_fns, time_baselines
 from grader.judge.ceilings import measure_ceilings
 from grader.judge.measure import figures_for, time_submission
 from grader.judge.proxy import Session, SubmissionDied
-from grader.common.reference import load_reference
 from grader.judge.spawn import Spawner
 
 REPEATS = 2  # the graded case, timed this many times per run (make bench REPEATS=5)

@@ -12,8 +12,8 @@
   process (extension-cpp's `sample_inputs` + opcheck).
 - `compiled_matches(impl, ...)`: torch.compile(fullgraph=True) of the op (or of a small model
   built around it by reference.py), compared against eager values.
-- `gradcheck_checked(fn, inputs, names=...)`: torch.autograd.gradcheck with the forward checked
-  in float64 first and a failure located (input, output, index, values) instead of printed.
+- `gradcheck_checked` (grader.judge.gradcheck): torch.autograd.gradcheck with the forward
+  checked in float64 first and a failure located instead of printed.
 - `skip_on_interpreter(...)`: Triton's CPU interpreter cannot run opcheck or torch.compile.
 
 Everything calls the submission only through `impl`: `impl.<entry>(...)`, `impl.op("ns::name")`,
@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
-import sys
 
 import pytest
 import torch
-from torch.autograd.gradcheck import GradcheckError
 
 from grader.judge import check
 from grader.judge.check import Mismatch
+from grader.judge.strategies import each_view
 
 INTERPRETER = ("needs a GPU: Triton's CPU interpreter reads the data pointer of every tensor a "
                "kernel gets, and {what} runs the op on FakeTensors, which have none")
@@ -58,7 +56,7 @@ def leaf(t: torch.Tensor) -> torch.Tensor:
     return out.copy_(t.detach()).requires_grad_()
 
 
-def _as_tuple(v):
+def as_tuple(v):
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
@@ -89,8 +87,8 @@ def value_and_grads(fn, *args, wrt=(0,), dy):
     args = list(args)
     for i in wrt:
         args[i] = leaf(args[i])
-    outs = _as_tuple(fn(*args))
-    dys = _as_tuple(dy)
+    outs = as_tuple(fn(*args))
+    dys = as_tuple(dy)
     pairs = [(o, d) for o, d in zip(outs, dys) if d is not None]
     for k, (o, _) in enumerate(pairs):
         if not isinstance(o, torch.Tensor) or not o.requires_grad:
@@ -209,7 +207,7 @@ def compiled_matches(impl, track, device, entry: str, args, *, expected, tol, wr
         outs, grads = value_and_grads(fn, *args, wrt=wrt, dy=dy)
         got = outs + grads
     else:
-        got = _as_tuple(fn(*args))
+        got = as_tuple(fn(*args))
     names = names or [f"compiled output {i}" for i in range(len(got))]
     for g, e, name in zip(got, expected, names):
         check.assert_close(g, e, tol=tol, dtype=g.dtype, what=name)
@@ -222,7 +220,6 @@ def views_handled_or_refused(fn, args, names, check_outputs, *, seed: int = 0,
     (values are the same as `args`', so one expectation serves), or the op refuses a strided
     view with a message naming that argument. An offset view is dense (x[1:]): .contiguous()
     returns it unchanged, so it must be handled, not refused (unless `refuse_offset`)."""
-    from grader.judge.strategies import each_view
     for name, kind, vargs in each_view(args, names, seed=seed):
         view = f"`{name}` given as {'an' if kind[0] in 'aeiou' else 'a'} {kind} view"
         try:
@@ -247,11 +244,11 @@ def views_handled_or_refused(fn, args, names, check_outputs, *, seed: int = 0,
                            f"\n  read it through its strides, or refuse it naming `{name}`") \
                 from None
         try:
-            check_outputs(_as_tuple(outs))
+            check_outputs(as_tuple(outs))
         except Mismatch as e:
             # the view explains it only if the same values, every input dense, come out right
             try:
-                check_outputs(_as_tuple(check.call_checked(fn, *args, names=names)))
+                check_outputs(as_tuple(check.call_checked(fn, *args, names=names)))
             except Mismatch as dense:
                 raise off_topic(Mismatch(f"wrong with every input dense too, so not because of "
                                          f"{view}:\n{dense}")) from None
@@ -294,20 +291,20 @@ def new_contents_same_shapes(fn, args, names, expected_of, check_outputs, *, see
         else:
             refill.append(a.clone() if isinstance(a, torch.Tensor) else a)
     if hasattr(fn, "twice"):  # the submission's entry: both calls on the same buffers there
-        first, second = (_as_tuple(o) for o in fn.twice(args, refill))
+        first, second = (as_tuple(o) for o in fn.twice(args, refill))
         _first_call(check_outputs, first, expected_of(args))
         with torch.no_grad():
             for a, r in zip(args, refill):
                 if isinstance(a, torch.Tensor):
                     a.copy_(r)
     else:
-        first = _as_tuple(check.call_checked(fn, *args, names=names))
+        first = as_tuple(check.call_checked(fn, *args, names=names))
         _first_call(check_outputs, first, expected_of(args))
         with torch.no_grad():
             for a, r in zip(args, refill):
                 if isinstance(a, torch.Tensor):
                     a.copy_(r)
-        second = _as_tuple(check.call_checked(fn, *args, names=names))
+        second = as_tuple(check.call_checked(fn, *args, names=names))
     try:
         check_outputs(second, expected_of(args))
     except Mismatch as e:
@@ -342,150 +339,3 @@ def kept_per_call(impl, forward, *, forbidden: int, allowed: int, what: str, fix
                        f"it grew by {grown / 2**20:.0f} MiB; allowed {allowed / 2**20:.1f} MiB a "
                        f"call): that is {what} ({forbidden / 2**20:.1f} MiB each). {fix}")
     return live
-
-
-# gradcheck's largest relative error of a forward computed in float64 is ~1e-15; one computed in
-# float32 is off by ~1e-7 relative: 1e-10 separates them with room on both sides
-_FLOAT64_REL = 1e-10
-_LOCATED = 64  # input elements probed by finite differences when locating a gradcheck failure
-
-
-def gradcheck_checked(fn, inputs, *, names, outputs=None, reference=None, eps=1e-6, atol=1e-5,
-                      rtol=1e-4, fast_mode=False, hint=None) -> None:
-    """torch.autograd.gradcheck of `fn(*inputs)` (float64 leaves), with a message a learner can
-    act on instead of gradcheck's printed Jacobians: which input, which output, the largest
-    difference, its index, the numerical and the analytical value there, and a hint.
-
-    First the forward alone, in float64: it must return float64 and, when `reference` (the
-    float64 reference, same arguments) is given, match it to float64 precision. A forward that
-    computes in float32 makes gradcheck's finite differences (steps of `eps`) noise, and the
-    backward would be blamed for it. `names`: the inputs' names, `outputs`: the outputs'; `hint`:
-    a line appended to a backward mismatch (e.g. the gradient formulas)."""
-    outputs = list(outputs or [])
-    args = [a.detach() if isinstance(a, torch.Tensor) else a for a in inputs]
-    with torch.no_grad():
-        got = _as_tuple(fn(*args))
-    out_name = lambda i: (outputs[i] if i < len(outputs) else
-                          "y" if len(got) == 1 else f"output {i}")
-    for i, g in enumerate(got):
-        if isinstance(g, torch.Tensor) and g.dtype != torch.float64:
-            raise Mismatch(f"{out_name(i)} came back as {g.dtype} for float64 inputs: return the "
-                           f"inputs' dtype (gradcheck runs in float64)")
-    if reference is not None:
-        with torch.no_grad():
-            want = _as_tuple(reference(*args))
-        for i, (g, w) in enumerate(zip(got, want)):
-            if not isinstance(g, torch.Tensor) or not g.numel():
-                continue
-            err = (g - w).abs()
-            worst = float(err.nan_to_num(math.inf).max())
-            rel = worst / max(1.0, float(w.abs().max()))
-            if rel <= _FLOAT64_REL:
-                continue
-            at = tuple(int(k) for k in torch.unravel_index(err.nan_to_num(math.inf).argmax(),
-                                                           g.shape))
-            where = (f"{out_name(i)}{list(at)} = {float(g[at]):.17g}, the float64 reference "
-                     f"{float(w[at]):.17g}")
-            if rel < 1e-3:
-                raise Mismatch(f"the forward ignores float64: {where} (off by {worst:.1e}, the "
-                               f"size of float32 rounding; float64 math is good to ~1e-15): it "
-                               f"computes in float32. Load, compute and store in the input's "
-                               f"dtype when it is float64 (an accumulator fixed at tl.float32 "
-                               f"or `float` does not): gradcheck's finite differences (steps of "
-                               f"{eps:g}) need float64 precision")
-            raise Mismatch(f"the forward is wrong in float64 (before any gradient): {where}: "
-                           f"fix the forward first (its own checks say more)")
-    try:
-        with backward_stage(), _no_slow_mode_wording():
-            torch.autograd.gradcheck(fn, tuple(inputs), eps=eps, atol=atol, rtol=rtol,
-                                     fast_mode=fast_mode)
-    except GradcheckError as e:
-        diff_pos = [k for k, a in enumerate(inputs)
-                    if isinstance(a, torch.Tensor) and a.requires_grad]
-        raise Mismatch(_gradcheck_explained(fn, args, diff_pos, str(e), names=names,
-                                            out_name=out_name,
-                                            eps=eps, atol=atol, rtol=rtol, hint=hint)) from None
-
-
-@contextlib.contextmanager
-def _no_slow_mode_wording():
-    """gradcheck's fast mode, once it has failed, recomputes both full Jacobians only to print
-    them (2 forwards and 1 backward per input element: 60 s for 05's 1200-element row on the
-    interpreter, after the verdict). The message below locates the failure instead
-    (_gradcheck_explained), so that recomputation is skipped: the verdict is gradcheck's as
-    ever. A torch without this function is left as it is (slower to fail, same verdict)."""
-    import torch.autograd.gradcheck  # noqa: F401 (the module, not the function torch.autograd has)
-    module = sys.modules["torch.autograd.gradcheck"]
-    slow = getattr(module, "_run_slow_mode_and_get_error", None)
-    if slow is None:
-        yield
-        return
-    module._run_slow_mode_and_get_error = lambda *a, **k: ""
-    try:
-        yield
-    finally:
-        module._run_slow_mode_and_get_error = slow
-
-
-def _gradcheck_explained(fn, args, diff_pos, text, *, names, out_name, eps, atol, rtol,
-                         hint) -> str:
-    """gradcheck's failure, located: d<input> of <v, output> (v a fixed random dy) by central
-    differences at up to _LOCATED elements of the input, against the backward's value there.
-    gradcheck numbers its inputs among those that require grad: `diff_pos` maps them back."""
-    first = text.strip().splitlines()[0] if text.strip() else "gradcheck failed"
-    m = re.search(r"output (\d+) with respect to input (\d+)", text)
-    rerun = "\n  (gradcheck's full Jacobians are left out: the REPRO line reruns this check)"
-    if not m:
-        return f"gradcheck: {first}{rerun}"
-    o, j = int(m.group(1)), int(m.group(2))
-    pos = diff_pos[j] if j < len(diff_pos) else j
-    name = names[pos] if pos < len(names) else f"input {pos}"
-    out = out_name(o)
-    x = args[pos]
-    with torch.no_grad():
-        y = _as_tuple(fn(*args))[o]
-    v = torch.randn(y.shape, generator=torch.Generator().manual_seed(0),
-                    dtype=torch.float64).to(y.device)
-
-    def project(a):
-        with torch.no_grad():
-            return float((_as_tuple(fn(*a))[o] * v).sum())
-
-    leaves = list(args)
-    leaves[pos] = leaf(x)
-    try:
-        (analytical,) = torch.autograd.grad((_as_tuple(fn(*leaves))[o] * v).sum(), leaves[pos],
-                                            allow_unused=True)
-    except RuntimeError as err:
-        return (f"gradcheck: {first}; the backward of {out} for `{name}` raised: "
-                f"{str(err).splitlines()[0] if str(err) else type(err).__name__}{rerun}")
-    head = (f"gradcheck: d{name} is wrong (the Jacobian of {out} with respect to `{name}` "
-            f"differs from finite differences of your forward, steps of {eps:g})")
-    if analytical is None:
-        return f"{head}: no gradient reached `{name}` from {out}{rerun}"
-    n = x.numel()
-    probe = range(n) if n <= _LOCATED else torch.linspace(0, n - 1, _LOCATED).long().tolist()
-    worst = None
-    for k in probe:
-        at = tuple(int(i) for i in torch.unravel_index(torch.tensor(k), x.shape))
-        hi, lo = x.clone(), x.clone()
-        hi[at] += eps
-        lo[at] -= eps
-        a_hi, a_lo = list(args), list(args)
-        a_hi[pos], a_lo[pos] = hi, lo
-        num = (project(a_hi) - project(a_lo)) / (2 * eps)
-        ana = float(analytical[at])
-        diff = abs(num - ana) if math.isfinite(ana) else math.inf
-        if worst is None or diff > worst[0]:
-            worst = (diff, at, num, ana)
-    diff, at, num, ana = worst
-    sampled = "" if n <= _LOCATED else f" (of {_LOCATED} elements probed, of {n})"
-    if diff <= atol + rtol * abs(num):
-        where = (f"; at the elements probed{sampled} the backward agrees with finite differences "
-                 f"for a random dy: gradcheck's own projection differed ({first})")
-    else:
-        where = (f": the largest difference{sampled}, {diff:.3g}, is at {name}{list(at)}: "
-                 f"numerical {num:.6g}, analytical (your backward) {ana:.6g}, for a random dy "
-                 f"of {out}")
-    fix = f"\n  check the backward's formula for d{name}" + (f": {hint}" if hint else "")
-    return f"{head}{where}{fix}{rerun}"

@@ -17,10 +17,12 @@ The two files agree on what happened to each check:
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import os
 from pathlib import Path
+from xml.etree import ElementTree as ET
 
 from grader.common.discover import Exercise
 from grader.run.report import performance_text
@@ -47,7 +49,6 @@ def visibility_arg(text: str) -> str:
 
 
 def _visibility_type(text: str) -> str:
-    import argparse
     try:
         return visibility_arg(text)
     except ValueError as e:
@@ -262,7 +263,6 @@ def junit(rows: list[tuple[Exercise, TrackResult, Score]], *, seconds: float) ->
     """JUnit XML (what CI systems read): a testsuite per track, a testcase per check and one for
     the track's performance; a failure carries the same message the scorecard shows; a check
     that needs a GPU, or never ran after a crash, is a skipped testcase with that reason."""
-    from xml.etree import ElementTree as ET
     root = ET.Element("testsuites", name="grader", time=f"{seconds:.1f}")
     for ex, r, s in rows:
         suite = ET.SubElement(root, "testsuite", name=f"{ex.id}.{r.track}")

@@ -10,6 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
 from grader.common.discover import Exercise
 from grader.run.results import TrackResult
 from grader.run.score import Score
@@ -100,9 +104,6 @@ def _perf_cell(r: TrackResult, s: Score) -> str:
 def scorecard(rows: list[tuple[Exercise, TrackResult, Score]], *, title: str) -> str:
     """The table a learner reads first: one row per track, then the total (rich renders it;
     plain text, so the same table goes into results.json and a log)."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("#", "exercise", "track", "build", "correctness", "gradcheck", "performance",
                  "points"):

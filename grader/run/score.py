@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from grader.common.ceilings import CEILINGS
 from grader.common.discover import Exercise, Threshold
 from grader.run.results import TrackResult
-from grader.common.ceilings import CEILINGS
 
 
 def credit(value: float | None, pass_at: float, full_at: float) -> float:

@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import ctypes
 import importlib
 import importlib.util
 import os
+import runpy
 import select
 import signal
 import socket
@@ -43,7 +45,12 @@ import time
 import traceback
 from pathlib import Path
 
-from grader.common.forking import MODULES, ZygoteError, recv, send, pair
+import numpy
+import torch
+
+from grader.common import settings
+from grader.common.forking import MODULES, ZygoteError, pair, recv, send
+import gc
 
 # What each process imports before it does anything that depends on its request. Nothing here may
 # query CUDA at import (grader.judge.plugin does: HAS_GPU; it is imported by pytest in the child).
@@ -76,7 +83,6 @@ def preload(role: str, extra=()) -> list[str]:
     tripwire: a module that queries CUDA at import raises here, naming itself, instead of
     initialising the driver. The imports that failed otherwise are returned (the child imports
     them itself, as a started process would)."""
-    import torch
     names = ("_cuda_getDeviceCount", "_cuda_init", "_cuda_getDevice", "_cuda_setDevice")
     saved = {n: getattr(torch._C, n) for n in names if hasattr(torch._C, n)}
     nvml = os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
@@ -109,13 +115,11 @@ def preload(role: str, extra=()) -> list[str]:
 
 def cuda_initialised() -> str | None:
     """Why this process may not fork (the CUDA driver initialised, a CUDA context), or None."""
-    import torch
     if torch.cuda.is_initialized():
         return "torch initialised CUDA"
     libs = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
             if "/libcuda.so" in line}
     for lib in libs:  # loaded is not initialised: cuCtxGetCurrent answers 3 before cuInit
-        import ctypes
         ctx = ctypes.c_void_p()
         rc = ctypes.CDLL(lib).cuCtxGetCurrent(ctypes.byref(ctx))
         if rc != 3:  # CUDA_ERROR_NOT_INITIALIZED
@@ -332,11 +336,9 @@ class Server:
         os.chdir(msg["cwd"])
         os.environ.clear()
         os.environ.update(msg["env"])
-        from grader.common import settings
         settings.current.cache_clear()  # the request's settings, not the zygote's
         _threads(msg["env"])
         try:  # numpy's global generator: fresh per process, as a started process has it
-            import numpy
             numpy.random.seed()
         except ImportError:
             pass
@@ -354,7 +356,6 @@ def _threads(env: dict) -> None:
     loaded its OpenMP, in the zygote): a checking process gets its share of the cores."""
     n = env.get("OMP_NUM_THREADS")
     if n and n.isdigit() and int(n) > 0:
-        import torch
         torch.set_num_threads(int(n))
 
 
@@ -367,7 +368,6 @@ def _key(argv: list[str]) -> tuple:
 
 def _run(module: str, argv: list[str]) -> int:
     """`python -m module argv...` in this process; its exit code."""
-    import runpy
     code = 0
     try:
         spec = importlib.util.find_spec(module)
@@ -421,7 +421,6 @@ def main(argv=None) -> int:
         print(f"zygote {args.role}: not preloaded: {s}", flush=True)
     # what the imports made is never collected: a child's full collections (pytest makes a few
     # as it ends) skip it, instead of writing to every page of it (copy-on-write: ~0.5 s here)
-    import gc
     gc.collect()
     gc.freeze()
     send(control, {"ready": True, "seconds": round(time.perf_counter() - start, 2)})

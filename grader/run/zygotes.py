@@ -18,6 +18,7 @@ from grader.common.forking import MODULES, Forker, ZygoteError, pair, recv, send
 from grader.common.paths import INDUCTOR, ROOT
 from grader.common.processes import child_env
 
+
 class Zygote:
     """One zygote process, from its parent's side: start it, wait until it has imported, stop it."""
 

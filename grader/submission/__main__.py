@@ -73,14 +73,13 @@ def main(argv=None) -> int:
     import torch  # after the early rebuild's start (above)
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
-    from grader.common.trust import poison_fresh_memory  # imports torch: after the early start
-    from grader.submission.server import SubmissionServer  # ... and Triton: after the line above
+    # the server imports Triton: only after the line above
+    from grader.submission.server import SubmissionServer
     conn = Connection(args.fd)
     attempts = Attempts([Path(x) for x in args.protect], roots)
     sys.addaudithook(attempts.hook)  # permanent: no Python code can remove it
     state = close_filesystem(roots)
-    poison_fresh_memory()  # an element a kernel forgets to write reads NaN
-    server = SubmissionServer(args, conn, attempts, state, early)
+    server = SubmissionServer(args, conn, attempts, state, early)  # poisons fresh memory
     gc.freeze()  # the grader's imports, out of the collector's sight (as in grader.judge)
     server.serve()
     return 0

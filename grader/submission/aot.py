@@ -14,6 +14,7 @@ write the AOT folder) and prints its manifest as one JSON line, or {"error": ...
 """
 from __future__ import annotations
 
+import argparse
 import fcntl
 import hashlib
 import importlib.util
@@ -28,9 +29,14 @@ from pathlib import Path
 import torch
 
 from grader.common.discover import Exercise, Track, load_exercise
-from grader.common.paths import EXERCISES, INCLUDE, aot_dir as _aot_dir
+from grader.common.paths import EXERCISES, INCLUDE
+from grader.common.paths import aot_dir as _aot_dir
 from grader.submission.build import Built
-from grader.submission.build_errors import BuildError, explain_load_error, summarize_compiler_output
+from grader.submission.build_errors import (
+    BuildError,
+    explain_load_error,
+    summarize_compiler_output,
+)
 from grader.submission.toolchain import toolchain_env, track_options
 
 AOT_MANIFEST = "aot.json"
@@ -238,7 +244,6 @@ def load_aot(tree: Path, exercise: Exercise, track: Track) -> Built:
 
 
 def main(argv=None) -> int:
-    import argparse
     p = argparse.ArgumentParser(prog="python -m grader.submission.aot")
     p.add_argument("--tree", required=True, type=Path)
     p.add_argument("--exercise", required=True)

@@ -21,7 +21,11 @@ from torch.utils import cpp_extension
 
 from grader.common.discover import Exercise, Track
 from grader.common.paths import INCLUDE, build_dir
-from grader.submission.build_errors import BuildError, explain_load_error, summarize_compiler_output
+from grader.submission.build_errors import (
+    BuildError,
+    explain_load_error,
+    summarize_compiler_output,
+)
 from grader.submission.early import read_report
 from grader.submission.ninja import ninja_tool, write_ninja
 from grader.submission.pch import precompiled_header

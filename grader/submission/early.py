@@ -13,6 +13,7 @@ cpp_extension.load rebuilds the rest, as it would have.
 """
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import os
@@ -25,7 +26,6 @@ from grader.common.paths import build_dir
 from grader.common.settings import current
 from grader.submission.ninja import ninja_tool
 from grader.submission.sandbox import close_filesystem
-
 
 
 def start_early_rebuild(tree: Path, exercise_id: str, track_name: str, allow: list[Path],
@@ -53,7 +53,6 @@ def read_report(path: Path | None) -> dict | None:
 
 
 def main(argv=None) -> int:
-    import argparse
     p = argparse.ArgumentParser(prog="python -m grader.submission.early")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--report", type=Path, required=True)

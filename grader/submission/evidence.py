@@ -1,10 +1,17 @@
-"""Evidence: what the profiler saw while the submission's op ran, reduced to data for the judge.
+"""Evidence: what the profiler saw while the submission's op ran, reduced to data for the judge,
+and the functions that evidence rests on, watched.
 
 Runs in the submission's process (only that process can see its own calls); the judge applies
-the rules (grader.common.trust) to what this returns. What a patch in that process can still do to this
+the rules (grader.common.trust) to what `analyse` returns. `watched` binds the functions the
+evidence and the timings rest on before any submission code runs, and `redirected` says after
+every request what was replaced since. What a patch in that process can still do to this
 evidence, and how the judge limits it, is in the README's trust table.
 """
 from __future__ import annotations
+
+import importlib
+
+from torch.autograd import DeviceType
 
 from grader.common.trust import BUILTIN_NODE, TRITON_RANGE
 
@@ -18,7 +25,6 @@ def analyse(events, allowed) -> dict:
     whose correlation id it carries; that call's ancestors say who launched it. Only runtime
     calls are indexed: CPU ops have correlation ids of their own that can collide.
     """
-    from torch.autograd import DeviceType
     cpu = [e for e in events if e.device_type == DeviceType.CPU]
     runtime = {e.id: e for e in cpu if e.name.startswith("cu") and not e.name.startswith("cuda::")}
     ops = []
@@ -54,3 +60,46 @@ def analyse(events, allowed) -> dict:
         under = any(n.startswith("aten::") or BUILTIN_NODE.match(n) for n in names)
         kernels.append([k.name, k.device_resource_id, under, launch is not None])
     return {"ops": ops, "kernels": kernels, "stream": stream}
+
+
+def watched(server_class) -> dict:
+    """The functions the judge's evidence and figures rest on, bound before any submission code
+    runs: name -> (where to look it up now, the original object, its code object), and the
+    server's own methods (`server_class`). The server calls them through these names; a submission that replaces one (three lines of Python that
+    rewrite what this process reports) is seen by `_redirected` and reported as tampering. What
+    a patch can still do is in the README's trust table (grader.judge.review flags the rest)."""
+    watched = {}
+    for path in ("torch.library.opcheck", "torch.autograd.profiler.profile",
+                 "torch.autograd.profiler.record_function", "torch.profiler.profile",
+                 "torch.autograd.grad", "torch.cuda.synchronize", "torch.cuda.graph",
+                 "torch.cuda.CUDAGraph", "triton.testing.do_bench",
+                 "grader.submission.evidence.analyse", "grader.common.timing.time_step",
+                 "grader.common.timing.time_fn", "grader.common.timing.capture",
+                 "grader.common.timing.make_step", "grader.common.timing.host_ms",
+                 "grader.common.trust.delegation", "grader.submission.loader.Impl.opcheck",
+                 "grader.submission.loader.Impl.compiled"):
+        module, _, name = path.rpartition(".")
+        try:
+            owner = importlib.import_module(module) if module != "grader.submission.loader.Impl" else \
+                importlib.import_module("grader.submission.loader").Impl
+        except ImportError:
+            continue
+        obj = getattr(owner, name, None)
+        watched[path] = (owner, name, obj, getattr(obj, "__code__", None))
+    for name, fn in vars(server_class).items():
+        if callable(fn):
+            watched[f"SubmissionServer.{name}"] = (server_class, name, fn, fn.__code__)
+    return watched
+
+
+def redirected(watched: dict, server) -> list[str]:
+    """What was replaced since `_watched` (an attribute set to another object, or a function's
+    code swapped), and the server's own methods shadowed on the instance."""
+    found = []
+    for path, (owner, name, obj, code) in watched.items():
+        now = getattr(owner, name, None)
+        if now is not obj or (code is not None and getattr(now, "__code__", None) is not code):
+            found.append(f"replaced {path}, which the grader's evidence rests on")
+    found += [f"replaced SubmissionServer.{k} on the server itself" for k in vars(server)
+              if k.startswith("do_") or k in ("serve", "_observed", "_error")]
+    return found[:10]

@@ -57,9 +57,18 @@ exercise uses them, and none needs a "needs a GPU" verdict on account of bf16.
 from __future__ import annotations
 
 import functools
+import importlib
+import inspect
 import os
 
 import numpy as np
+import torch
+import triton.language as tl
+from torch._subclasses.fake_tensor import FakeTensor
+from triton._C.libtriton import ir
+from triton.runtime import interpreter as ip
+
+from grader.submission.interp_bounds import install_bounds
 
 _DONE = "_grader_bf16_on_values"  # set on the builder class once installed
 
@@ -103,9 +112,6 @@ def install() -> bool:
     """Apply the shim when Triton runs on its interpreter. True if it is (now) in place."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         return False
-    import triton.language as tl
-    from triton.runtime import interpreter as ip
-    from triton._C.libtriton import ir
 
     B = ip.InterpreterBuilder
     if getattr(B, _DONE, False):
@@ -219,7 +225,7 @@ def install() -> bool:
         patch(ip.ScanOps, name, lambda orig: (lambda self, t: self.generic_scan([t])
                                               if _is_bf16(t.handle) else orig(self, t)))
 
-    _install_bounds(ip, B)
+    install_bounds(ip, B)
     _install_fake_launches(ip)
     _install_scalars(ip)
     _install_builtin_cache(ip, tl)
@@ -238,7 +244,6 @@ def _install_builtin_cache(ip, tl) -> None:
     per module; each launch patches them as before, those that hold their builtin right then
     (as the listing would have found them: tl.core.tensor, the class tl.tensor is, was patched
     already in the same launch)."""
-    import inspect
     found: dict[int, tuple[object, list]] = {}
 
     def patch_builtin(pkg, builder, scope):
@@ -258,7 +263,6 @@ def _install_scalars(ip) -> None:
     Triton types it (`mangle_type(float)` is fp32): `eps.to(tl.float32)` (Liger-Kernel's
     RMSNorm) works, and arithmetic with it promotes as on the GPU. Ints and bools were already
     converted by the interpreter; constexpr arguments are not converted at all."""
-    import triton.language as tl
     convert = ip._implicit_cvt
 
     def implicit_cvt(arg):
@@ -285,8 +289,6 @@ def _install_fake_launches(ip) -> None:
     ones'. Only outside tracing: under a proxy or functional mode (make_fx, AOT dispatch,
     torch.compile) the launch would be left out of the traced graph, so there it is run, and fails
     as before (those need a GPU)."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensor
     keys = [getattr(torch._C._TorchDispatchModeKey, k) for k in ("PROXY", "FUNCTIONAL")
             if hasattr(torch._C._TorchDispatchModeKey, k)]
     call = ip.GridExecutor.__call__
@@ -299,171 +301,11 @@ def _install_fake_launches(ip) -> None:
     ip.GridExecutor.__call__ = grid_call
 
 
-# --- out-of-bounds accesses ----------------------------------------------------------------------
-
-class OutOfBounds(IndexError):
-    """A kernel's load/store/atomic would touch memory outside every tensor it was given."""
-
-
-# the tensors of the launch running now: (first byte, end byte, parameter name, tensor)
-_regions: list[tuple[int, int, str, object]] = []
-
-
-def _tensor_regions(name, arg, out) -> None:
-    if isinstance(arg, (tuple, list)):
-        for k, a in enumerate(arg):
-            _tensor_regions(f"{name}[{k}]", a, out)
-        return
-    base = getattr(arg, "base", arg)  # a TensorDescriptor's or TensorWrapper's tensor
-    if not hasattr(base, "data_ptr") or not hasattr(base, "stride"):
-        return
-    size = base.element_size()
-    if base.numel() == 0:
-        out.append((base.data_ptr(), base.data_ptr(), name, base))
-        return
-    # the view's own extent: from its lowest to its highest element (gaps of a strided view
-    # inside it are readable memory, so they are not flagged; values show a wrong stride)
-    lo = sum((n - 1) * st for n, st in zip(base.shape, base.stride()) if st < 0)
-    hi = sum((n - 1) * st for n, st in zip(base.shape, base.stride()) if st > 0)
-    start = base.data_ptr() + lo * size
-    out.append((start, base.data_ptr() + (hi + 1) * size, name, base))
-
-
-def _describe(t) -> str:
-    dtype = str(t.dtype).removeprefix("torch.")
-    return f"a {dtype} tensor of shape {tuple(t.shape)}, {t.numel()} elements"
-
-
-def _check_bounds(what: str, ptrs, mask, builder) -> None:
-    if not _regions:
-        return
-    addr = ptrs.data
-    if mask is not None:
-        # as bool: the interpreter holds some masks as int32 (a block mask & a scalar
-        # condition), and an int array would index lanes instead of selecting them
-        m = np.broadcast_to(mask.data, addr.shape).astype(bool)
-        if not m.all():
-            addr = addr[m]  # masked-off lanes may hold any address: never touched
-    if addr.size == 0:
-        return
-    addr = addr.reshape(-1).astype(np.uint64)
-    elem = ptrs.get_element_ty().primitive_bitwidth // 8 if hasattr(
-        ptrs.get_element_ty(), "primitive_bitwidth") else 1
-    inside = np.zeros(addr.shape, dtype=bool)
-    for lo, hi, _, _ in _regions:
-        inside |= (addr >= np.uint64(lo)) & (addr + np.uint64(max(elem, 1)) <= np.uint64(hi))
-    if inside.all():
-        return
-    bad = addr[~inside]
-    first = int(bad[0])
-    # the argument the pointer was most likely computed from: the nearest start below it
-    below = [r for r in _regions if r[0] <= first]
-    lo, hi, name, t = max(below, key=lambda r: r[0]) if below else min(_regions,
-                                                                        key=lambda r: r[0])
-    size = t.element_size()
-    base = t.data_ptr()
-    offs = np.unique((bad.astype(np.int64) - np.int64(base)) // size)
-    lanes = bad.size
-    if offs.size > 1 and offs[-1] - offs[0] == offs.size - 1:
-        shown = f"{int(offs[0])}..{int(offs[-1])}"
-    else:
-        shown = ", ".join(str(int(o)) for o in offs[:6]) + (", ..." if offs.size > 6 else "")
-    program = tuple(int(i) for i in getattr(builder, "grid_idx", ()) or ())
-    last = (hi - base) // size - 1
-    if mask is None:  # no mask at all
-        fix = (f"mask it ({what}(ptr + offs, mask=offs < n, ...)), and check the offset and "
-               f"stride arithmetic")
-    else:  # a mask was given, and these lanes are on under it
-        fix = ("these lanes are on under its mask, so the mask is not what is missing: check "
-               "the offset and stride arithmetic (each tensor with its own strides and "
-               "length) and what the mask compares")
-    raise OutOfBounds(
-        f"out-of-bounds {what} in program {program}: {lanes} lane(s) of pointer argument "
-        f"`{name}` ({_describe(t)}) at element offsets {shown} from its start, outside "
-        f"0..{last}: {fix}; on a GPU this reads or writes another allocation, or crashes")
-
-
-def _install_bounds(ip, B) -> None:
-    """Check every address a kernel touches against the tensors of its launch (vectorized: one
-    numpy comparison per tensor argument and memory op)."""
-    import inspect
-
-    init = ip.GridExecutor._init_args_hst
-
-    def init_args_hst(self, args_dev, kwargs):
-        args_hst, kwargs_hst = init(self, args_dev, kwargs)
-        regions = []
-        try:
-            named = inspect.getcallargs(self.fn, *args_hst, **kwargs_hst)
-        except TypeError:  # the interpreter reports a wrong call itself
-            named = {}
-        for name, arg in named.items():
-            _tensor_regions(name, arg, regions)
-        _regions[:] = regions
-        return args_hst, kwargs_hst
-    ip.GridExecutor._init_args_hst = init_args_hst
-
-    call = ip.GridExecutor.__call__
-
-    def grid_call(self, *args, **kwargs):
-        try:
-            return call(self, *args, **kwargs)
-        except ip.InterpreterError as e:  # the interpreter wraps it as repr(e): give it back
-            if isinstance(e.__cause__, OutOfBounds):  # its traceback ends in the kernel's line
-                raise OutOfBounds(str(e.__cause__)).with_traceback(
-                    e.__cause__.__traceback__) from None
-            raise
-        finally:
-            _regions.clear()
-    ip.GridExecutor.__call__ = grid_call
-
-    load, store = B.create_masked_load, B.create_masked_store
-
-    def create_masked_load(self, ptrs, mask, other, *rest):
-        _check_bounds("tl.load", ptrs, None if self._grader_unmasked else mask, self)
-        return load(self, ptrs, mask, other, *rest)
-
-    def create_masked_store(self, ptrs, value, mask, *rest):
-        _check_bounds("tl.store", ptrs, None if self._grader_unmasked else mask, self)
-        return store(self, ptrs, value, mask, *rest)
-    B.create_masked_load, B.create_masked_store = create_masked_load, create_masked_store
-
-    # a tl.load/tl.store without a mask reaches the masked one with a mask of all ones: flagged,
-    # so that an access out of bounds says "mask it" only where there is no mask
-    B._grader_unmasked = False
-
-    def unmasked(orig):
-        def op(self, *args):
-            self._grader_unmasked = True
-            try:
-                return orig(self, *args)
-            finally:
-                self._grader_unmasked = False
-        return op
-    B.create_load, B.create_store = unmasked(B.create_load), unmasked(B.create_store)
-
-    rmw, cas = B.create_atomic_rmw, B.create_atomic_cas
-
-    def create_atomic_rmw(self, op, ptr, val, mask, sem, scope):
-        _check_bounds("tl.atomic_rmw", ptr, mask, self)
-        return rmw(self, op, ptr, val, mask, sem, scope)
-
-    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
-        _check_bounds("tl.atomic_cas", ptr, None, self)
-        return cas(self, ptr, cmp, val, sem, scope)
-    B.create_atomic_rmw, B.create_atomic_cas = create_atomic_rmw, create_atomic_cas
-
-
-# libdevice functions with a tl.math twin: the interpreter has no libdevice (its stubs return
-# None, and a kernel then fails on its first store: Liger-Kernel's RMSNorm calls libdevice's
-# rsqrt), so each is made to call its twin there, looked up at call time (the interpreter swaps
-# tl.math's functions for its own while a kernel runs). On a GPU nothing here runs.
 _LIBDEVICE_TWINS = ("rsqrt", "sqrt", "sqrt_rn", "exp", "exp2", "log", "log2", "sin", "cos",
                     "floor", "ceil", "erf", "fma", "div_rn", "abs")
 
 
 def _libdevice_on_the_interpreter(tl) -> None:
-    import importlib
     for module in ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice"):
         try:
             lib = importlib.import_module(module)

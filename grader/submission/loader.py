@@ -11,14 +11,16 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from grader.submission.aot import load_aot
-from grader.submission.build import Built, build
-from grader.submission.build_errors import BuildError
-from grader.common.errors import Mismatch
+import torch
+
 from grader.common.discover import Exercise, Track
+from grader.common.errors import Mismatch
 from grader.common.pyfile import LoadError, import_file
 from grader.common.reference import load_reference
 from grader.common.settings import current
+from grader.submission.aot import load_aot
+from grader.submission.build import Built, build
+from grader.submission.build_errors import BuildError
 
 
 class Impl(SimpleNamespace):
@@ -37,13 +39,11 @@ class Impl(SimpleNamespace):
         return f"Impl({self._folder.parent.name}/{self._folder.name}: {', '.join(names)})"
 
     def op(self, qualname: str):
-        import torch
         ns, name = qualname.split("::")
         return getattr(getattr(torch.ops, ns), name)
 
     def opcheck(self, qualname: str, args: tuple, kwargs: dict | None = None,
                 test_utils: tuple | None = None) -> None:
-        import torch
         op = self.op(qualname)
         overload = op.default if hasattr(op, "default") else op
         try:
@@ -57,7 +57,6 @@ class Impl(SimpleNamespace):
                            f"{str(e)[:1500]}") from None
 
     def compiled(self, entry: str, *args, wrap: str | None = None):
-        import torch
         fn = getattr(self, entry)
         if wrap is not None:
             fn = getattr(self._reference, wrap)(fn)
@@ -109,7 +108,6 @@ def _load(tree: Path, exercise: Exercise, track: Track, early: Path | None) -> I
                                 f"checks call; see the exercise README)")
             entry[name] = getattr(module, name)
         else:
-            import torch
             namespace = getattr(torch.ops, track.ops_namespace)
             try:
                 entry[name] = getattr(namespace, name)

@@ -138,7 +138,8 @@ def main() -> int:
         say("busy")
         return 0
     say("held")
-    from grader.submission.toolchain import toolchain_env  # imports torch only where it runs
+    # imports torch: only once the first line is said (above)
+    from grader.submission.toolchain import toolchain_env
     toolchain = _toolchain()  # before toolchain_env() sets what a build process sets too
     plan = _pch_plan(toolchain_env())
     if plan is None:

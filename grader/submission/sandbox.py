@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from grader.common.machine import landlock_abi
+from grader.common.settings import current
 
 _SCOPE_SIGNAL = 1 << 1        # LANDLOCK_SCOPE_SIGNAL (ABI 6, Linux 6.12)
 
@@ -33,7 +34,6 @@ def close_filesystem(roots: list[Path], signals: str | None = None) -> str:
     because every layer denies moving a file between folders unless it allows it beneath both
     (a second, signal-only layer broke Triton's cache, which renames into place)."""
     if signals is None:
-        from grader.common.settings import current  # standard library only: no torch
         signals = current().signals
     if signals not in ("auto", "seccomp"):
         raise ValueError(f"signals = {signals!r}: auto or seccomp")
@@ -62,8 +62,15 @@ def _landlock(roots: list[Path], abi: int, scope: bool) -> str | None:
     what stands instead (the repository is then checked by hash: grader.run.tracks)."""
     if abi < 1:
         return "no Landlock here: the repository is checked by hash"
-    from landlock.plumbing import (PR_SET_NO_NEW_PRIVS, FSAccess, PathBeneathAttr, get_add_rule,
-                                   get_prctl, get_restrict_self)
+    # only where the kernel has Landlock (above): the package is absent on some machines
+    from landlock.plumbing import (
+        PR_SET_NO_NEW_PRIVS,
+        FSAccess,
+        PathBeneathAttr,
+        get_add_rule,
+        get_prctl,
+        get_restrict_self,
+    )
     write = (FSAccess.WRITE_FILE | FSAccess.REMOVE_DIR | FSAccess.REMOVE_FILE | FSAccess.MAKE_CHAR
              | FSAccess.MAKE_DIR | FSAccess.MAKE_REG | FSAccess.MAKE_SOCK | FSAccess.MAKE_FIFO
              | FSAccess.MAKE_BLOCK | FSAccess.MAKE_SYM)

@@ -8,7 +8,6 @@ after every request (`_watched`, `_redirected`).
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 import time
@@ -23,11 +22,12 @@ from torch._C._profiler import _ExperimentalConfig
 from grader.common import seam
 from grader.common.discover import load_exercise
 from grader.common.paths import EXERCISES
+from grader.common.poison import poison_fresh_memory
 from grader.common.pyfile import LoadError
 from grader.common.timing import capture, host_ms, make_step, time_step
-from grader.common.trust import allowed_ops, poison_fresh_memory
+from grader.common.trust import allowed_ops
 from grader.submission.build_errors import BuildError
-from grader.submission.evidence import analyse
+from grader.submission.evidence import analyse, redirected, watched
 from grader.submission.loader import load_track
 
 
@@ -52,6 +52,7 @@ class SubmissionServer:
         self.seam = seam
         self.torch = torch
         self.early = early  # the early rebuild's report (grader.submission.early)
+        poison_fresh_memory()  # an element a kernel forgets to write reads NaN
         self.conn = conn
         self.args = args
         self.attempts = attempts
@@ -74,8 +75,9 @@ class SubmissionServer:
         # every thread's ATen ops, not only the calling thread's (a second Python thread doing
         # the op's work with PyTorch must show)
         self._all_threads = _ExperimentalConfig(profile_all_threads=True)
-        self._watched = _watched(torch)  # what the evidence rests on, as it was before the
-        #                                  submission's code ran (checked after every request)
+        self._watched = watched(SubmissionServer)  # what the evidence rests on, as it was
+        #                                     before the submission's code ran (checked after
+        #                                     every request)
         self._marker = torch.zeros(1, device="cuda") if self.gpu else None
         self._wrap_triton()
 
@@ -84,10 +86,10 @@ class SubmissionServer:
         submission's (it copies arguments with ATen ops inside a launch), and make its bf16
         arithmetic compute on values as the GPU does (grader.submission.interp)."""
         if os.environ.get("TRITON_INTERPRET") == "1":
-            # the interpreter's modules, only where it runs
+            # the interpreter's modules (and our shims of them): only where it runs
             from triton.runtime.interpreter import GridExecutor as cls
 
-            from grader.submission.interp import install
+            from grader.submission.interp import install  # (as above)
             install()
             name = "__call__"
         else:
@@ -128,7 +130,7 @@ class SubmissionServer:
                 if isinstance(e, (KeyboardInterrupt, SystemExit)):
                     raise
                 reply = {"ok": False, "error": self._error(e)}
-            reply["attempts"] = list(self.attempts.seen) + _redirected(self._watched, self)
+            reply["attempts"] = list(self.attempts.seen) + redirected(self._watched, self)
             try:
                 send(self.conn, reply)
             except Exception as e:  # e.g. an output that cannot be shared: say so, stay up
@@ -415,46 +417,3 @@ class SubmissionServer:
         # track's C++ CPU path on a GPU machine launches none, rightly)
         observed.update(triton=self.triton_launches - launches, gpu=on_gpu, work=work)
         return observed, out
-
-
-def _watched(torch) -> dict:
-    """The functions the judge's evidence and figures rest on, bound before any submission code
-    runs: name -> (where to look it up now, the original object, its code object). The server
-    calls them through these names; a submission that replaces one (three lines of Python that
-    rewrite what this process reports) is seen by `_redirected` and reported as tampering. What
-    a patch can still do is in the README's trust table (grader.judge.review flags the rest)."""
-    watched = {}
-    for path in ("torch.library.opcheck", "torch.autograd.profiler.profile",
-                 "torch.autograd.profiler.record_function", "torch.profiler.profile",
-                 "torch.autograd.grad", "torch.cuda.synchronize", "torch.cuda.graph",
-                 "torch.cuda.CUDAGraph", "triton.testing.do_bench",
-                 "grader.submission.evidence.analyse", "grader.common.timing.time_step",
-                 "grader.common.timing.time_fn", "grader.common.timing.capture",
-                 "grader.common.timing.make_step", "grader.common.timing.host_ms",
-                 "grader.common.trust.delegation", "grader.submission.loader.Impl.opcheck",
-                 "grader.submission.loader.Impl.compiled"):
-        module, _, name = path.rpartition(".")
-        try:
-            owner = importlib.import_module(module) if module != "grader.submission.loader.Impl" else \
-                importlib.import_module("grader.submission.loader").Impl
-        except ImportError:
-            continue
-        obj = getattr(owner, name, None)
-        watched[path] = (owner, name, obj, getattr(obj, "__code__", None))
-    for name, fn in vars(SubmissionServer).items():
-        if callable(fn):
-            watched[f"SubmissionServer.{name}"] = (SubmissionServer, name, fn, fn.__code__)
-    return watched
-
-
-def _redirected(watched: dict, server) -> list[str]:
-    """What was replaced since `_watched` (an attribute set to another object, or a function's
-    code swapped), and the server's own methods shadowed on the instance."""
-    found = []
-    for path, (owner, name, obj, code) in watched.items():
-        now = getattr(owner, name, None)
-        if now is not obj or (code is not None and getattr(now, "__code__", None) is not code):
-            found.append(f"replaced {path}, which the grader's evidence rests on")
-    found += [f"replaced SubmissionServer.{k} on the server itself" for k in vars(server)
-              if k.startswith("do_") or k in ("serve", "_observed", "_error")]
-    return found[:10]

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 from grader.common.discover import Track
 from grader.submission.build_errors import BuildError
 
@@ -31,7 +33,6 @@ def toolchain_env() -> list[str]:
             os.environ["CUDA_HOME"] = str(home)
     _use_a_shared_libstdcxx_compiler()
     if "TORCH_CUDA_ARCH_LIST" not in os.environ:
-        import torch
         if torch.cuda.is_available():
             major, minor = torch.cuda.get_device_capability()
             os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
@@ -88,7 +89,7 @@ def _find_cuda_home() -> Path | None:
 
 def _cutlass_headers() -> list[str]:
     try:
-        import cutlass_library
+        import cutlass_library  # only for a track that asks for it (an optional package)
     except ImportError:
         raise BuildError("needs nvidia-cutlass (pip install nvidia-cutlass): its C++ headers are "
                          "this track's CUTLASS") from None

@@ -14,14 +14,25 @@ with its own device, date and commit).
 from __future__ import annotations
 
 import json
+import shlex
+import sys
+import tempfile
 import time
 from pathlib import Path
+
+import torch
 
 from grader.common import events as ev
 from grader.common.processes import describe_exit
 from grader.common.settings import current
 from grader.run.launch import start_judge, wait_judge
-from grader.tools.benchdoc import bench_markdown, bench_plot, commit, now, write_bench_section
+from grader.tools.benchdoc import (
+    bench_markdown,
+    bench_plot,
+    commit,
+    now,
+    write_bench_section,
+)
 
 REPEATS = 2  # the graded case, timed this many times per run (make bench REPEATS=5)
 
@@ -30,8 +41,6 @@ def bench_command(exercises, tree: Path, out_dir: Path, timeout_s: float | None 
                   repeats: int = REPEATS) -> int:
     """Each exercise's sweep in a judge of its own, under its time limit (the exercise's, or
     `timeout_s`); then the reports."""
-    import tempfile
-    import torch
     if not torch.cuda.is_available():
         print("make bench needs a GPU: there is none here (nothing to time).")
         return 1
@@ -66,9 +75,6 @@ def bench_command(exercises, tree: Path, out_dir: Path, timeout_s: float | None 
 
 
 def _meta(tree: Path) -> dict:
-    import shlex
-    import sys
-    import torch
     return {"device": torch.cuda.get_device_name(), "torch": str(torch.__version__),
             "triton": __import__("triton").__version__, "date": now(), "commit": commit(),
             "command": shlex.join(["python", "-m", "grader", *sys.argv[1:]]),

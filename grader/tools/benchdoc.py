@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from grader.common.paths import ROOT
 from grader.common.ceilings import CEILINGS
+from grader.common.paths import ROOT
 
 DOC = ROOT / "docs" / "performance.md"
 
@@ -292,9 +292,9 @@ def bench_markdown(data: dict) -> str:
 
 def bench_plot(data: dict, path: Path) -> None:
     """One panel per exercise and mode: rate vs size, a line per implementation."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib  # only for the plot: 1 s to import, and a document may need none
+    matplotlib.use("Agg")  # no display: before pyplot is imported
+    import matplotlib.pyplot as plt  # (as above)
     exs = [e for e in data["exercises"] if "error" not in e and e["sweep"]]
     if not exs:
         return

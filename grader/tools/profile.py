@@ -159,27 +159,6 @@ def report(kernels: list[dict]) -> str:
     return "\n".join(out)
 
 
-def _child(tree: str, exercise: str, track: str, mode: str) -> None:
-    """Run inside ncu: one warm-up call, then one profiled call of the graded case."""
-    import torch
-    from grader.submission.loader import load_track
-    from grader.judge.cases import dy_for, make_inputs
-    from grader.common.timing import make_step
-    from grader.common.reference import load_reference
-    ex = discover(only=exercise)[0]
-    impl = load_track(Path(tree), ex, ex.tracks[track])
-    ref = load_reference(ex)
-    args = make_inputs(ex, ref, ex.benchmark.case, 0)
-    dy = dy_for(ref, args, ex) if mode != "forward" else None
-    run = make_step(getattr(impl, ex.benchmark.call), args, mode, ex.benchmark.grad_args, dy)
-    run()  # compiles, autotunes: not what the learner's kernel costs
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    run()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
-
-
 def profile(tree: Path, exercise: str, tracks=None, modes=None, out=print) -> int:
     ncu = find_ncu()
     if ncu is None:
@@ -196,7 +175,7 @@ def profile(tree: Path, exercise: str, tracks=None, modes=None, out=print) -> in
         for mode in modes or ex.benchmark.modes:
             out(f"{ex.id} [{track}] {mode}, case {ex.benchmark.case} {ex.benchmark.dtype}, under "
                 f"ncu --clock-control none:")
-            child = [sys.executable, "-m", "grader.tools.profile", "--child", str(tree), ex.id, track,
+            child = [sys.executable, "-m", "grader.tools.profile_child", str(tree), ex.id, track,
                      mode]
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(
                 [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
@@ -214,9 +193,6 @@ def profile(tree: Path, exercise: str, tracks=None, modes=None, out=print) -> in
 
 
 def main(argv=None) -> int:
-    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
-        _child(*sys.argv[2:6])
-        return 0
     p = argparse.ArgumentParser(prog="python -m grader.tools.profile")
     p.add_argument("--exercise", required=True)
     p.add_argument("--impl", default="starter", choices=["starter", "solutions"])

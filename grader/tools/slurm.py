@@ -19,17 +19,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from grader.tools.batch import (_folders, _timeout, collect, find_submissions, grade_submission, read_tsv,
-                          write_manifest)
 from grader.common.discover import discover
-from grader.common.paths import ROOT
 from grader.common.machine import landlock_available
+from grader.common.paths import ROOT
+from grader.tools.batch import _folders, _timeout, grade_submission
+from grader.tools.summary import collect, find_submissions, read_tsv, write_manifest
 
 MAX_TASKS = 256   # array tasks by default: one per submission up to this (a cluster's
 #                   MaxArraySize is 1001 by default; fewer, longer tasks queue less)
@@ -75,7 +76,6 @@ def submit(folder: Path, out: Path, *, exercise=None, bench=True, force=False, b
         f"cd {_q(ROOT)}\nexport PYTHONPATH={_q(ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
         f"exec {_q(sys.executable)} -m grader.tools.slurm task {_q(job)} \"$SLURM_ARRAY_TASK_ID\"\n")
     script.chmod(0o755)
-    from grader.common.machine import landlock_available
     if not landlock_available() and max_parallel != 1:
         # without Landlock each grade snapshots and restores the (shared) repository: two at
         # once could restore each other's snapshot, or blame one for the other's write
@@ -112,7 +112,6 @@ def submit(folder: Path, out: Path, *, exercise=None, bench=True, force=False, b
 
 
 def _q(p) -> str:
-    import shlex
     return shlex.quote(str(p))
 
 
