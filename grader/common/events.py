@@ -100,6 +100,26 @@ class Result(Event):
     phase: str | None = None   # pytest's: setup / call / teardown
 
 
+@_kind("compiles")
+@dataclass
+class Compiles(Event):
+    """The Triton specializations the phase's kernels were compiled for (on the interpreter:
+    would have been), and the seconds compiling took (grader.submission.compiles)."""
+    specializations: int = 0
+    kernels: dict = field(default_factory=dict)   # kernel name -> specializations
+    seconds: float = 0.0
+    compiled: int = 0          # of those, compiled afresh (not loaded from Triton's cache)
+    emulated: bool = False     # counted on the interpreter, by Triton's rule
+
+
+@_kind("references")
+@dataclass
+class References(Event):
+    """The seconds the checks spent in the exercise's reference (the float64 expectations)."""
+    seconds: float = 0.0
+    calls: int = 0
+
+
 @_kind("checks")
 @dataclass
 class ChecksExited(Event):
@@ -147,6 +167,7 @@ class Performance(Event):
     figures: dict = field(default_factory=dict)
     problem: str | None = None
     warnings: list = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)   # where the timing's seconds went
 
 
 @_kind("warm")

@@ -25,10 +25,17 @@ from grader.judge.testing import as_tuple, backward_stage, leaf
 # float32 is off by ~1e-7 relative: 1e-10 separates them with room on both sides
 _FLOAT64_REL = 1e-10
 _LOCATED = 64  # input elements probed by finite differences when locating a gradcheck failure
+# Up to this many input elements, gradcheck compares the whole Jacobian (2 forwards per element);
+# above, a projection of it (fast mode: v^T J u for random u, v, a few forwards in all). Every
+# call of the op crosses to the submission's process, ~0.1 s each on Triton's interpreter: 13's
+# (1, 1, 5, 64) q, k, v are 960 elements, 2000 forwards. A wrong backward changes v^T J u for
+# random u, v with probability one; each element of the gradient is also held to the float64
+# reference by the exercise's value checks.
+FULL_JACOBIAN_MAX = 48
 
 
 def gradcheck_checked(fn, inputs, *, names, outputs=None, reference=None, eps=1e-6, atol=1e-5,
-                      rtol=1e-4, fast_mode=False, hint=None) -> None:
+                      rtol=1e-4, fast_mode=None, hint=None) -> None:
     """torch.autograd.gradcheck of `fn(*inputs)` (float64 leaves), with a message a learner can
     act on instead of gradcheck's printed Jacobians: which input, which output, the largest
     difference, its index, the numerical and the analytical value there, and a hint.
@@ -37,7 +44,11 @@ def gradcheck_checked(fn, inputs, *, names, outputs=None, reference=None, eps=1e
     float64 reference, same arguments) is given, match it to float64 precision. A forward that
     computes in float32 makes gradcheck's finite differences (steps of `eps`) noise, and the
     backward would be blamed for it. `names`: the inputs' names, `outputs`: the outputs'; `hint`:
-    a line appended to a backward mismatch (e.g. the gradient formulas)."""
+    a line appended to a backward mismatch (e.g. the gradient formulas). `fast_mode`: None
+    chooses by the inputs' size (FULL_JACOBIAN_MAX)."""
+    if fast_mode is None:
+        fast_mode = sum(a.numel() for a in inputs if isinstance(a, torch.Tensor)
+                        and a.requires_grad) > FULL_JACOBIAN_MAX
     outputs = list(outputs or [])
     args = [a.detach() if isinstance(a, torch.Tensor) else a for a in inputs]
     with torch.no_grad():

@@ -260,18 +260,22 @@ def grade_performance(exercise, track, session, record, prepared: tuple | None =
         record(ev.Performance(status="needs a GPU"))
         return
     began = time.perf_counter()
-    stage = lambda what: print(f"[timing] {what}: {time.perf_counter() - began:.1f} s",
-                               flush=True)  # where the seconds go (Settings.keep_logs keeps it)
+    spent: dict[str, float] = {}  # where the seconds go: the Performance event's `seconds`
+
+    def stage(what: str, part: str) -> None:
+        now = time.perf_counter() - began
+        spent[part] = round(spent.get(part, 0.0) + now - sum(spent.values()), 2)
+        print(f"[timing] {what}: {now:.1f} s", flush=True)  # (Settings.keep_logs keeps it)
     ceilings = measure_ceilings(CEILING_CACHE)
-    stage("ceilings")
+    stage("ceilings", "ceilings")
     ref, fns = prepared or prepare_performance(exercise)
-    stage("reference and baselines ready")
+    stage("reference and baselines ready", "baselines")
     figures, problem = {}, None
     for mode in b.modes:
         model = getattr(ref, b.model)(b.case, getattr(torch, b.dtype), mode)
         try:
             t = time_submission(session, exercise, ref, b.case, mode)
-            stage(f"{mode}: the submission timed and validated")
+            stage(f"{mode}: the submission timed and validated", "submission")
         except (Delegation, SideStream) as e:
             problem = str(e)
             break
@@ -285,7 +289,7 @@ def grade_performance(exercise, track, session, record, prepared: tuple | None =
         f = figures_for(exercise, model, t, ceilings)
         f["model"] = model
         f["baselines"] = baseline_times(exercise, ref, mode, fns)
-        stage(f"{mode}: baselines")
+        stage(f"{mode}: baselines", "baselines")
         f["speedup"] = {n: bt["ms"] / f["ms"] for n, bt in f["baselines"].items() if "ms" in bt}
         figures[mode] = f
         if problem:
@@ -295,6 +299,6 @@ def grade_performance(exercise, track, session, record, prepared: tuple | None =
     record(ev.Performance(
         status="measured" if figures else "rejected", case=b.case, dtype=b.dtype,
         ceiling_name=c.label, ceiling_unit=c.unit, ceiling_value=ceilings[b.ceiling],
-        figures=figures, problem=problem,
+        figures=figures, problem=problem, seconds=spent,
         warnings=[w for f in figures.values() for w in f.get("warnings", [])] +
         ([f"no performance credit: {problem}"] if problem else [])))

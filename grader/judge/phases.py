@@ -30,7 +30,7 @@ from grader.common.settings import current
 from grader.judge.baselines import prepare_performance, warm_baselines
 from grader.judge.measure import grade_performance
 from grader.judge.plugin import Grader
-from grader.judge.proxy import SubmissionDied
+from grader.judge.proxy import SubmissionDied, record_compiles
 from grader.judge.review import review_track
 from grader.judge.sweep import bench_exercise
 
@@ -94,6 +94,7 @@ def _with_submission(args, exercise, track, record, early, spawner) -> None:
                 time.sleep(0.01)
             record(ev.Gate())
         grade_performance(exercise, track, session, record, prepared)
+        record_compiles(session, record)
         if session.attempts:  # the repository written, or the evidence redirected, while timed
             record(ev.Tampering(paths=list(session.attempts)))
         session.close()

@@ -15,6 +15,9 @@ far) lives in one `Grader` object registered with pytest: the judge makes it and
 """
 from __future__ import annotations
 
+import functools
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -31,7 +34,8 @@ from grader.common.settings import current
 from grader.judge import check
 from grader.judge.cases import dy_for, fresh_seed, make_inputs
 from grader.judge.explain import exercise_of, explain, repro_items, short
-from grader.judge.proxy import RemoteImpl, Session, SubmissionDied, sanitizer_findings
+from grader.judge.proxy import (RemoteImpl, Session, SubmissionDied, record_compiles,
+                                sanitizer_findings)
 from grader.judge.spawn import Spawner
 
 HAS_GPU = torch.cuda.is_available()
@@ -131,18 +135,36 @@ def track(request, exercise):
 
 
 @pytest.fixture(scope="module")
-def ref(exercise):
-    """The exercise's reference.py, imported."""
-    return load_reference(exercise)
-
-
-@pytest.fixture(scope="module")
 def assert_close(exercise):
     """check.assert_close with this exercise's tolerance for the output dtype."""
     def close(got, expected, *, dtype, **ctx):
         name = str(dtype).removeprefix("torch.")
         return check.assert_close(got, expected, tol=exercise.tolerance[name], dtype=dtype, **ctx)
     return close
+
+
+class _Timed:
+    """A module whose functions count their calls and seconds into `into` ([calls, seconds]);
+    everything else is the module's own."""
+
+    def __init__(self, module, into: list):
+        self._module, self._into = module, into
+
+    def __getattr__(self, name):
+        value = getattr(self._module, name)
+        if not isinstance(value, types.FunctionType):
+            return value
+        into = self._into
+
+        @functools.wraps(value)
+        def timed(*args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return value(*args, **kwargs)
+            finally:
+                into[0] += 1
+                into[1] += time.perf_counter() - began
+        return timed
 
 
 # --- one run of the checks ---------------------------------------------------------------------
@@ -158,6 +180,12 @@ class Grader:
         self.prestarted = prestarted
         self.session: Session | None = None
         self.passed = 0
+        self.references = [0, 0.0]  # calls of the exercise's reference, and their seconds
+
+    @pytest.fixture(scope="module")
+    def ref(self, exercise):
+        """The exercise's reference.py, its functions timed (where a grade's seconds go)."""
+        return _Timed(load_reference(exercise), self.references)
 
     def open_session(self, tree: Path, exercise, track) -> Session:
         """Start the submission's process and build/import the track there (once)."""
@@ -265,6 +293,9 @@ class Grader:
             self._record_trust(self.session)
         elif self.session is not None:  # REPRO: the one check, and what the process did
             self._record_process(self.session)
+        if self.references[0]:
+            self.record(ev.References(calls=self.references[0],
+                                      seconds=round(self.references[1], 2)))
         self.record(ev.Finished(stopped=stop if isinstance(stop, str) else None))
 
     def _fail(self, test: str, **kw) -> None:
@@ -325,9 +356,12 @@ class Grader:
         self._record_process(s)
 
     def _record_process(self, s) -> None:
-        """How the submission's process ended, what it tried to write, its sanitizer report."""
+        """How the submission's process ended, what it tried to write, its sanitizer report,
+        the Triton specializations it compiled."""
         if s.dead is not None:
             self.record(ev.Ended(reason=s.dead.reason, log=s.dead.log[-20000:]))
+        else:
+            record_compiles(s, self.record)
         if s.attempts:
             self.record(ev.Tampering(paths=list(s.attempts)))
         if s.sanitizer is not None:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from grader.common import events as ev
 from grader.common import seam, trust
 from grader.common.processes import describe_exit
 from grader.common.settings import current
@@ -156,6 +157,18 @@ class Session:
                 if len(self.violations) < 5 and why not in self.violations:
                     self.violations.append(why)
                 raise kind(why)
+
+
+def record_compiles(session: Session, record) -> None:
+    """The Triton specializations the submission's process compiled (an event: where a grade's
+    seconds go; the process reports them, so they are figures, never evidence)."""
+    try:
+        reply = session.request("stats", timeout_s=30)
+    except SubmissionDied:
+        return
+    if reply.get("ok"):
+        record(ev.Compiles(**{k: reply[k] for k in ("specializations", "kernels", "seconds",
+                                                    "compiled", "emulated")}))
 
 
 def sanitizer_command(tool: str):
@@ -334,8 +347,8 @@ class _Entry:
                                      refill=again)
         if not reply.get("ok"):
             raise_remote(reply.get("error") or {})
-        for k, ev in enumerate(reply["observed"]):
-            self.session.judge(ev, f"{self.name}() ({'first' if k == 0 else 'second'} of two "
+        for k, seen in enumerate(reply["observed"]):
+            self.session.judge(seen, f"{self.name}() ({'first' if k == 0 else 'second'} of two "
                                    f"calls on the same buffers)")
         self.session.ok_calls += 1
         outs = [tuple(_receive(o) for o in call) for call in reply["outs"]]

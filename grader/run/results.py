@@ -50,6 +50,7 @@ class TrackResult:
     sanitizer: dict | None = None  # SANITIZE=tool: {"tool", "findings" or "unavailable"}
     review: tuple = ()            # "file:line: what" an honest kernel never does
     #                               (grader.judge.review): the track needs review
+    times: dict = field(default_factory=dict)  # where the track's seconds went (`_times`)
 
     def count(self, category: str, outcome: str) -> int:
         return sum(c.category == category and c.outcome == outcome for c in self.checks)
@@ -139,6 +140,39 @@ def _checks(phase: Phase, ended: str) -> tuple:
     return tuple(Check(**c) for c in checks.values())
 
 
+def _times(checks: Phase, timing: Phase | None) -> dict:
+    """Where a track's seconds went, from its judges' events (each stamped with its time):
+    ready (the judge's start to the track built and imported), build, checks (the first to the
+    last), the slowest check, references (the float64 expectations), compiles (Triton's
+    specializations and their seconds), timing (its judge's whole phase, and its parts)."""
+    def last(kind, phase):
+        return next((e for e in reversed(phase.events) if isinstance(e, kind)), None)
+    out: dict = {}
+    judge, build = last(ev.JudgeStarted, checks), last(ev.Build, checks)
+    collected, finished = last(ev.Collected, checks), last(ev.Finished, checks)
+    if judge is not None and build is not None:
+        out["ready"] = round(build.t - judge.began, 1)
+        if build.seconds is not None:
+            out["build"] = round(build.seconds, 1)
+    if collected is not None and finished is not None:
+        out["checks"] = round(finished.t - collected.t, 1)
+    results = [e for e in checks.events if isinstance(e, ev.Result) and e.seconds]
+    if results:
+        slowest = max(results, key=lambda e: e.seconds)
+        out["slowest"] = (slowest.test.split("::", 1)[-1], round(slowest.seconds, 1))
+    if (refs := last(ev.References, checks)) is not None:
+        out["references"] = refs.seconds
+    if (comp := last(ev.Compiles, checks)) is not None:
+        out["compiles"] = comp.fields()
+    if timing is not None and (tj := last(ev.JudgeStarted, timing)) is not None and timing.events:
+        out["timing"] = round(timing.events[-1].t - tj.began, 1)
+        if (perf := last(ev.Performance, timing)) is not None and perf.seconds:
+            out["timing_parts"] = perf.seconds
+        if (comp := last(ev.Compiles, timing)) is not None:
+            out["timing_compiles"] = comp.fields()
+    return out
+
+
 def track_result(exercise: str, track: str, tree: str, checks: Phase,
                  timing: Phase | None = None, performance: dict | None = None) -> TrackResult:
     """A track's result, built once: its checks' phase, and its timing's (`timing`, where it was
@@ -167,4 +201,5 @@ def track_result(exercise: str, track: str, tree: str, checks: Phase,
         performance=performance, gpu=judge.gpu if judge is not None else None,
         log_tail=crash_excerpt(log), tampering=tuple(dict.fromkeys(tampering)),
         sanitizer=sanitizer.fields() if sanitizer is not None else None,
-        review=tuple(review.findings) if review is not None else ())
+        review=tuple(review.findings) if review is not None else (),
+        times=_times(checks, timing))

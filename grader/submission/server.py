@@ -27,6 +27,7 @@ from grader.common.pyfile import LoadError
 from grader.common.timing import capture, host_ms, make_step, time_step
 from grader.common.trust import allowed_ops
 from grader.submission.build_errors import BuildError
+from grader.submission.compiles import Compiles
 from grader.submission.evidence import analyse, redirected, watched
 from grader.submission.loader import load_track
 
@@ -80,6 +81,8 @@ class SubmissionServer:
         #                                     every request)
         self._marker = torch.zeros(1, device="cuda") if self.gpu else None
         self._wrap_triton()
+        self.compiles = Compiles()  # where a grade's seconds go: figures, never evidence
+        self.compiles.install(interpreted=os.environ.get("TRITON_INTERPRET") == "1")
 
     def _wrap_triton(self) -> None:
         """Count Triton launches; on the interpreter, mark its own PyTorch calls as not the
@@ -298,6 +301,10 @@ class SubmissionServer:
 
     def do_noop(self) -> dict:
         return {}
+
+    def do_stats(self) -> dict:
+        """The Triton specializations compiled so far (grader.submission.compiles)."""
+        return self.compiles.stats()
 
     def _unpoisoned(self) -> None:
         """Timing measures the op, not the grader: fresh allocations stop being NaN-filled (a

@@ -44,6 +44,8 @@ from torch.library import triton_op, wrap_triton
 MAX_FWD_BLOCK = 16384
 MAX_BWD_BLOCK = 8192    # the backward holds h, dy, dh_out, w and the dw accumulator
 LOOP_BLOCK = 4096
+CPU_REDUCE_COLS = 1024  # and the dw reduction in few wide programs: each program is a Python
+#                        loop there (~30 ms of interpreter overhead each), not a warp
 CPU_PROGRAMS = 4        # on the interpreter: a few programs, so the row loop is exercised
 
 # The launch configuration: performance only, one value each (no autotuning at grade time).
@@ -337,8 +339,9 @@ def _bwd_impl(dy, dh, h, w, rstd, launch):
         F64=h.dtype == torch.float64, PREFETCH=CONFIG["bwd_prefetch"],
         STAGES=CONFIG["bwd_stages"], EVICT=CONFIG["bwd_evict"],
         num_warps=_num_warps(block, CONFIG["bwd_per_thread"]))
-    launch(_dw_reduce_kernel)[(triton.cdiv(N, CONFIG["reduce_cols"]),)](
-        partials, dw, programs, N, BLOCK_P=CONFIG["reduce_rows"], BLOCK_N=CONFIG["reduce_cols"],
+    cols = CONFIG["reduce_cols"] if h.is_cuda else CPU_REDUCE_COLS
+    launch(_dw_reduce_kernel)[(triton.cdiv(N, cols),)](
+        partials, dw, programs, N, BLOCK_P=CONFIG["reduce_rows"], BLOCK_N=cols,
         num_warps=CONFIG["reduce_warps"])
     return dx, dw
 

@@ -52,6 +52,8 @@ MAX_BWD_BLOCK = 8192    # the backward holds x, dy, w and two accumulators per c
 LOOP_BLOCK = 4096
 N_ROUNDS = 7            # Philox4x32-7 passes BigCrush (Salmon et al. 2011, who add 3 rounds
                         # as a safety margin: Triton's default 10)
+CPU_REDUCE_COLS = 1024  # and the dw reduction in few wide programs: each program is a Python
+#                        loop there (~30 ms of interpreter overhead each), not a warp
 CPU_PROGRAMS = 4        # on the interpreter: a few programs, so the row loop is exercised
 
 # The launch configuration: performance only, one value each (no autotuning at grade time).
@@ -456,9 +458,10 @@ def _backward(dy, x, w, mean, rstd, p, seed, want_dwb):
                              num_warps=_num_warps(block, CONFIG["bwd_per_thread"]),
                              **_maxnreg(CONFIG["bwd_maxnreg"]))
     if want_dwb:
-        _sum_partials_kernel[(triton.cdiv(N, CONFIG["reduce_cols"]), 2)](
-            partials, dw, db, programs, N, BLOCK_P=CONFIG["reduce_rows"],
-            BLOCK_N=CONFIG["reduce_cols"], num_warps=CONFIG["reduce_warps"])
+        cols = CONFIG["reduce_cols"] if x.is_cuda else CPU_REDUCE_COLS
+        _sum_partials_kernel[(triton.cdiv(N, cols), 2)](
+            partials, dw, db, programs, N, BLOCK_P=CONFIG["reduce_rows"], BLOCK_N=cols,
+            num_warps=CONFIG["reduce_warps"])
     return dx, dw, db
 
 
