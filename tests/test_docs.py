@@ -6,7 +6,6 @@ measured figure only where they cite it (the toml's threshold reasons may cite g
 commit, instead), and nothing cites the removed folder of the first rounds' logs as if it were
 still there."""
 import re
-from pathlib import Path
 
 import pytest
 
@@ -131,7 +130,7 @@ def test_nothing_cites_the_removed_results_folder(f):
 
 
 HISTORY_PATH = re.compile(r"\b((?:gpu|cpu)-\d{4}-\d\d-\d\d(?:-r\d+)?/[\w.-]*\w)")
-HISTORY_SCRIPT = re.compile(r"\bexperiment (\w+\.(?:py|sh|cu))\b")
+HISTORY_SCRIPT = re.compile(r"\bexperiment\s+(?:(?://|#)\s*)?(\w+\.(?:py|sh|cu))\b")
 COMMIT = re.compile(r"\bcommits? ([0-9a-f]{7,40})\b")
 
 
