@@ -191,7 +191,9 @@ def test_constant_rows(impl, ref, exercise, device, assert_close, dtype):
     except Mismatch as e:
         raise Mismatch(f"{e}\n  rows {constant} hold one value each (variance 0, y = b): a "
                        f"variance from E[x^2] - E[x]^2 is a difference of two rounded numbers "
-                       f"of size x^2 here, not 0; Welford's update gives exactly 0") from None
+                       f"of size x^2 here, not 0; Welford's update, or the mean first and then "
+                       f"the deviations from it (README: The statistics), gives exactly 0"
+                       ) from None
 
 
 @pytest.mark.parametrize("shape", [(7, 300), (3, 4096)], ids=str)
@@ -211,8 +213,9 @@ def test_large_offsets(impl, ref, exercise, device, shape):
     atol = 32 * 2.0 ** -24 * offset  # ~2e-2
     tol = {"atol": atol, "rtol": 1e-4}
     hint = ("\n  x has mean 1e4 and variance ~1 here: E[x^2] - E[x]^2 subtracts two numbers of "
-            "size 1e8 (float32 spacing 8) to get ~1. Use Welford's update (or the mean first, "
-            "then sum((x - mean)^2)) and merge partial results with Chan's formula")
+            "size 1e8 (float32 spacing 8) to get ~1. Use Welford's update, merging partial "
+            "results with Chan's formula, or the mean first and then the sums of (x - mean) and "
+            "(x - mean)^2 (README: The statistics)")
     try:
         check.assert_close(y, y_ref, tol=tol, dtype=torch.float32, what="y", shape=shape,
                            offset=offset)

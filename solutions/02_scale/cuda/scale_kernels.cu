@@ -38,9 +38,10 @@
 // 270,336 threads each touching 4 places 4.3 MB apart per trip; the end is even (the last of ~62
 // waves is 2,112 blocks of ~4 us each, while a persistent block ends only when its whole share
 // is done); and the tile loop below runs once. Graded case: 2^25 vectors / 256 per block =
-// 131,072 blocks. Which of these matters how much is measured, not assumed:
-// results/experiments/02_variants.py times the constants below (and the old kernel) against
-// `a * x` and a copy in one run.
+// 131,072 blocks. Which of these matters how much is measured, not assumed: the experiment
+// 02_variants.py timed the constants below (and the old kernel) against `a * x` and a copy in
+// one run (git history: it and its log gpu-2026-11-22-r2/02-variants.txt are among the first
+// rounds' files removed in commit 3e7a589; docs/performance.md says how to read one).
 
 #include "common.cuh"
 
@@ -56,7 +57,7 @@ using course::from_acc;
 using course::to_acc;
 
 // ---------------------------------------------------------------------------------------------
-// The constants results/experiments/02_variants.py varies (it edits these lines in a copy):
+// The constants 02_variants.py varied (it edited these lines in a copy; git history, above):
 constexpr int kThreads = 128;       // threads per block of the vector kernel (PyTorch: 128)
 constexpr int kVecsPerThread = 1;   // 16-byte vectors a thread loads before it stores any.
                                     // H200, 2^28 bf16 (02_variants.py, 2026-11-22): 1 -> 256.8

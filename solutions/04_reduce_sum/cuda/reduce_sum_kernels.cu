@@ -96,8 +96,9 @@ __device__ __forceinline__ A block_reduce_sum(A v, A* smem) {
 // together, side by side, from its start to its end, and all finish together. The first version
 // gave each block one contiguous chunk of the row instead (2 MB each for the flat sum): 528
 // streams far apart in memory, 389.8 us against torch.sum's 362.9 on an H100; interleaved,
-// 361.6 (results/experiments/04_variants.py, 2026-11-25). Both orders are fixed, so both give
-// the same bits on every call.
+// 361.6 (2026-11-25, by the experiment 04_variants.py: git history, removed in commit 3e7a589;
+// docs/performance.md says how to read it). Both orders are fixed, so both give the same bits
+// on every call.
 template <typename T, int kVec, int kUnroll>
 __global__ void __launch_bounds__(kThreads)
 partial_sums_kernel(const T* __restrict__ x, int64_t cols, int splits,

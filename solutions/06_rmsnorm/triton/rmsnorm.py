@@ -11,8 +11,9 @@ per tensor.
   backward  reads x and dy, writes dx (+ w, rstd, dw, and the dw partials: ~2%):
                                                              805 MB -> 188 us / 268 us
   both                                                      1342 MB -> 314 us / 447 us
-against 410 us for torch.compile of the composite on an H200 (2026-11-21, results/RESULTS.md). About 4 flops per
-byte at most: nowhere near the arithmetic units; all that matters is reading each byte once.
+(the measured figures, torch.compile of the composite among them: docs/performance.md, "Solutions
+against the baselines", 06_rmsnorm). About 4 flops per byte at most: nowhere near the arithmetic
+units; all that matters is reading each byte once.
 
 Both ops are `triton_op`s: Inductor sees the Triton kernels inside them (and can schedule them
 with the rest of a compiled graph) instead of an opaque call, and their fake (meta) versions
@@ -23,10 +24,11 @@ break, Inductor sees the kernels). In eager mode it calls a plain `torch.autogra
 forward and backward run the same Python bodies: a custom op's eager call goes through the
 dispatcher, the generated autograd wrapper and an output-aliasing check in Python, which cost
 ~240 us of CPU per op call on the H200 machine (cProfile of 50 steps: torch/_library/
-custom_ops.py backend_impl, 2026-11-22, results/gpu-2026-11-22-r2/host-overhead-before.txt) —
-more than the GPU spends on the whole forward+backward (~375 us for two ops). Through the
-autograd.Function the graded run measured 259 us of CPU per forward+backward step against 388 us
-of GPU (results/gpu-2026-11-22-r2/grade-06-07.txt): the GPU, not Python, sets the pace.
+custom_ops.py backend_impl, 2026-11-22; git history: gpu-2026-11-22-r2/host-overhead-before.txt,
+removed in commit 3e7a589) — more than the GPU spends on the whole forward+backward (~375 us for
+two ops). Through the autograd.Function the graded run measured 259 us of CPU per
+forward+backward step against 388 us of GPU (git history: gpu-2026-11-22-r2/grade-06-07.txt,
+removed in commit 3e7a589): the GPU, not Python, sets the pace.
 """
 import functools
 
@@ -247,7 +249,8 @@ def _fwd_impl(x, w, eps, launch):
     """The forward's body; `launch` is wrap_triton inside the registered op (Inductor traces the
     launch) and _direct in the eager door (outside a triton_op, wrap_triton would go through
     PyTorch's tracing machinery on every call: the 06 forward took 180 us of CPU instead of 69
-    on the H200 machine, results/gpu-2026-11-22-r2/host-overhead-wrap-triton-outside-op.txt)."""
+    on the H200 machine; git history: gpu-2026-11-22-r2/host-overhead-wrap-triton-outside-op.txt,
+    removed in commit 3e7a589)."""
     _check(x, w)
     x = x.contiguous()  # the kernel walks rows with stride N; a no-op for contiguous x
     w = w.contiguous()

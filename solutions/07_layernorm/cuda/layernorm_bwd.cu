@@ -6,10 +6,10 @@
 //   dw = sum over rows of dy * x̂,  db = sum over rows of dy
 //
 // Napkin math, (32768, 4096) bf16: 268 MB per tensor.
-//   backward  read x, dy; write dx (+ w, mean, rstd: 0.3 MB)    805 MB -> 188 us at 4.28 TB/s
+//   backward  read x, dy; write dx (+ w, mean, rstd: 0.3 MB)    805 MB -> 201 us at 4 TB/s
 //             (+ the dw/db partials: 528 rows x 4096 x 2 floats, 17 MB written and read back)
-// (4.28 TB/s: an H200's copy ceiling; the measured figures are in docs/performance.md.) To
-// stream at that rate the chip needs ~40-64 KB of reads outstanding per SM at every moment
+// (4 TB/s: a round H200-class copy rate; the measured ceiling and figures: docs/performance.md.)
+// To stream at that rate the chip needs ~40-64 KB of reads outstanding per SM at every moment
 // (layernorm_fwd.cu: Why it is fast): a persistent grid of ~4 blocks of 128 threads per SM, each
 // with the next row's x and dy already loading while it reduces this one.
 //

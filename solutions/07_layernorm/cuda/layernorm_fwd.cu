@@ -8,14 +8,14 @@
 //   dw = sum over rows of dy * x̂,  db = sum over rows of dy
 //
 // Napkin math, (32768, 4096) bf16: M*N = 2^27 elements, 268 MB per tensor (5x the 50-60 MB L2).
-//   forward   read x, write y (+ w, b, mean, rstd: 0.3 MB)      537 MB -> 126 us at 4.28 TB/s
-//   backward  read x, dy; write dx (+ w, mean, rstd: 0.3 MB)    805 MB -> 188 us
+//   forward   read x, write y (+ w, b, mean, rstd: 0.3 MB)      537 MB -> 134 us at 4 TB/s
+//   backward  read x, dy; write dx (+ w, mean, rstd: 0.3 MB)    805 MB -> 201 us
 //             (+ the dw/db partials: 528 rows x 4096 x 2 floats, 17 MB written and read back)
-// (4.28 TB/s: an H200's copy ceiling; the measured figures are in docs/performance.md.) Both are
-// memory-bound by two orders of magnitude (~8 flops per element against 4-6 bytes): read each
-// byte once, write each byte once, keep loads in flight.
+// (4 TB/s: a round H200-class copy rate; the measured ceiling and figures: docs/performance.md.)
+// Both are memory-bound by two orders of magnitude (~8 flops per element against 4-6 bytes):
+// read each byte once, write each byte once, keep loads in flight.
 //
-// Why it is fast: loads in flight. To stream at ~4.3 TB/s with ~1-1.5 us of DRAM latency under
+// Why it is fast: loads in flight. To stream at ~4 TB/s with ~1-1.5 us of DRAM latency under
 // load, the chip needs ~5 MB of reads outstanding: ~40-64 KB per SM (132 SMs) at every moment.
 // A row of x is 8 KB, so that is 5-8 rows *being loaded* per SM at once, and a row that is being
 // reduced or stored is not loading. A 512-thread block per row (one 16-byte vector per thread,
@@ -123,8 +123,10 @@ __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
 // (rows longer than K * nt * VEC elements) are read again in each pass (from L2: the row was just
 // read). x's rows are ldx elements apart (a view such as x[:, :N] is read in place); y is dense.
 //
-// The statistics, two passes over registers: mean0 = sum(x) / N; then
-// s1 = sum(x - mean0), s2 = sum((x - mean0)^2) (one reduction of the pair);
+// The statistics, two passes over registers (the corrected two-pass algorithm; the README's "The
+// statistics" says why here, and Welford's update with Chan's merge in the CPU loop):
+// mean0 = sum(x) / N; then s1 = sum(x - mean0), s2 = sum((x - mean0)^2) (one reduction of the
+// pair);
 //   mean = mean0 + s1 / N        (s1 is what the rounding of mean0 left over: ~0)
 //   var  = (s2 - s1 * s1 / N) / N   = sum((x - mean)^2) / N exactly, in real numbers
 // No E[x^2] - E[x]^2: with mean 1e4 and variance 1, E[x^2] is 1e8, whose float32 spacing is 8 —

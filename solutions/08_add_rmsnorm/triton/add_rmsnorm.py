@@ -14,9 +14,11 @@ Napkin math, (32768, 4096) bf16: 134,217,728 elements, 268 MB per tensor.
             and residual (w, rstd, dw and the dw partials: ~2%)
                                                    805 MB -> 188 us (1074 MB with dh_out)
 About 4 flops per byte: all that matters is reading each byte once.
-Measured on an H200, 2026-11-22 (results/gpu-2026-11-22/first-kernels.txt, before the dw
-reduction took tiles of partial rows): forward 264.1 us, 95.8% of copy; forward+backward
-871.3 us, a tie with torch.compile (871.6 us): the backward, not the forward, has room left.
+The solution against torch.compile and Liger, forward and forward+backward: docs/performance.md,
+"Solutions against the baselines" (08_add_rmsnorm) and "repeatability-07-12". (A first
+measurement, on an H200 on 2026-11-22 before the dw reduction took tiles of partial rows, had
+the forward near the copy rate and forward+backward only tying torch.compile: the backward was
+where the room was. Git history: gpu-2026-11-22/first-kernels.txt, removed in 3e7a589.)
 
 Three ops, all `triton_op`s (Inductor sees their kernels; the fakes come free):
   add_rmsnorm_fwd(x, residual, w, eps) -> (y, h, rstd)        functional, with autograd
@@ -28,8 +30,9 @@ torch.compile does to mutations) and opcheck all rely on that declaration being 
 Two doors to the same kernels (as in 06): under torch.compile `add_rmsnorm` calls the registered
 op; in eager mode a plain torch.autograd.Function runs the same bodies, because a custom op's
 eager call with autograd costs ~240 us of CPU in PyTorch's Python wrappers per op call
-(torch/_library/custom_ops.py backend_impl; results/experiments/host_overhead.py, H200 machine,
-2026-11-22): more host time than the GPU needs for the whole step.
+(torch/_library/custom_ops.py backend_impl; measured by the experiment host_overhead.py on the
+H200 machine, 2026-11-22: git history, removed in commit 3e7a589): more host time than the GPU
+needs for the whole step.
 """
 import functools
 from typing import Optional
@@ -264,8 +267,8 @@ def _direct(kernel):
 def _launch_fwd(x, residual, w, y, h, rstd, eps, launch=wrap_triton):
     # launch: wrap_triton inside a registered op (Inductor traces the launch), _direct in the
     # eager door (outside a triton_op, wrap_triton goes through PyTorch's tracing machinery on
-    # every call: 300 us of CPU per forward instead of 62 on the H200 machine,
-    # results/gpu-2026-11-22-r2/host-overhead-wrap-triton-outside-op.txt)
+    # every call: 300 us of CPU per forward instead of 62 on the H200 machine; git history:
+    # gpu-2026-11-22-r2/host-overhead-wrap-triton-outside-op.txt, removed in commit 3e7a589)
     N = x.shape[-1]
     M = x.numel() // N
     if M == 0:

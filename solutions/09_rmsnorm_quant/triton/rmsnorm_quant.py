@@ -163,9 +163,10 @@ def rmsnorm_quant(x: torch.Tensor, w: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
     # Two doors to one body (as in 06 and 08): under torch.compile the registered op (no graph
     # break; Inductor sees the kernel); in eager mode the body itself, launching the kernel
-    # directly. With the launch stubbed out, one call costs 10.4 us of CPU this way and 25.0 us
-    # through the op (results/experiments/eager_door_cpu.py, results/cpu-2026-11-22/); on the
-    # H200 the op's call took 119 us of CPU in the grader against 104 us of GPU.
+    # directly. With the launch stubbed out, one call cost 10.4 us of CPU this way and 25.0 us
+    # through the op (2026-11-22, the experiment eager_door_cpu.py and its log
+    # cpu-2026-11-22/eager-door-cpu.txt: git history, removed in commit 3e7a589); on the H200 the
+    # op's call took 119 us of CPU in the grader against 104 us of GPU.
     if torch.compiler.is_compiling():
         return rmsnorm_quant_op(x, w, float(eps))
     return _quant_impl(x, w, float(eps), _direct)

@@ -152,7 +152,8 @@ def _matmul_act_tma_kernel(a_desc, b_desc, c_desc,       # TMA descriptors of A,
 
 
 # The TMA kernel's one config (128 x 256 x 64, 3 stages, 8 warps, GROUP_M 8): the fastest of 27
-# tried at 8192^3 bf16 on an H100 (results/experiments/12_triton_variants.py, 2026-11-25):
+# tried at 8192^3 bf16 on an H100 (2026-11-25, by the experiment 12_triton_variants.py: git
+# history, removed in commit 3e7a589; docs/performance.md says how to read it):
 # 1548 us (98.9% of torch.addmm there, 1.07x F.linear + relu) against 1689 us for the pointer
 # kernel with the same config and 1768 us for the autotuned pointer kernel.
 TMA_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8)

@@ -7,7 +7,7 @@
 //   dw = sum over rows of dy * x̂,  db = sum over rows of dy
 //
 // Napkin math, (32768, 4096) bf16: 268 MB per tensor.
-//   backward  read x, dy; write dx (+ dw/db partials, ~9 MB)     805 MB -> 188 us at 4.28 TB/s
+//   backward  read x, dy; write dx (+ dw/db partials, ~9 MB)     805 MB -> 201 us at 4 TB/s
 // Memory-bound by two orders of magnitude: read each byte once, write each byte once, keep
 // enough loads in flight.
 //

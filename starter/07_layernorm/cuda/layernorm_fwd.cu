@@ -1,17 +1,24 @@
 // Exercise 07 — layernorm, CUDA C++ track: the forward kernel and its launcher (the backward is
-// in layernorm_bwd.cu). Yours to write: welford_combine, welford_vec, warp_welford, then
-// layernorm_fwd_kernel (TODO 1-4, in order; the README's Steps say when each check starts to
-// pass). The launcher at the end is given.
+// in layernorm_bwd.cu). Yours to write: vec_sum, vec_dev, then layernorm_fwd_kernel: the row's
+// statistics and its output (TODO 1-4, in order; the README's Steps say when each check starts
+// to pass). The launcher at the end is given.
 //
-//   y    = (x - mean) * rstd * w + b      mean, var = Welford over the row (biased variance),
+//   y    = (x - mean) * rstd * w + b      mean, var over the row (biased variance),
 //   rstd = 1 / sqrt(var + eps)            fp32 math (fp64 for fp64), y in x's dtype
 //   x̂ = (x - mean) * rstd,  g = dy * w
 //   dx = rstd * (g - mean(g) - x̂ * mean(g * x̂))
 //   dw = sum over rows of dy * x̂,  db = sum over rows of dy
 //
+// The statistics, as the solution computes them: two passes over the row in registers (the
+// corrected two-pass algorithm; README, "The statistics"). Pass 1 sums the row: mean0. Pass 2
+// sums the deviations from mean0 and their squares; the first of these sums corrects mean0 for
+// its own rounding. Plain sums, reduced with common.cuh's block_sum and block_sum2: no counts,
+// no division per merge. Welford's update with Chan's merge (what you write for the CPU loop,
+// TODO 0) is as stable and works here too: the README says what changes if you choose it.
+//
 // Napkin math, (32768, 4096) bf16: M*N = 2^27 elements, 268 MB per tensor (5x the 50-60 MB L2).
-//   forward   read x, write y (+ w, b, mean, rstd: 0.3 MB)      537 MB -> 126 us at 4.28 TB/s
-//   backward  read x, dy; write dx (+ dw/db partials, ~9 MB)     805 MB -> 188 us
+//   forward   read x, write y (+ w, b, mean, rstd: 0.3 MB)      537 MB -> 134 us at 4 TB/s
+//   backward  read x, dy; write dx (+ dw/db partials, ~9 MB)     805 MB -> 201 us
 // Both are memory-bound by two orders of magnitude (~8 flops per element against 4-6 bytes):
 // read each byte once, write each byte once, keep enough loads in flight.
 //
@@ -35,62 +42,30 @@ constexpr int kMaxThreads = 512;   // per block
 // for 512 threads.
 constexpr int kFwdVecsPerThread = 1;
 // Forward grid: persistent (one wave of blocks looping over rows, the next row prefetched) or
-// one block per row (the figures of each: docs/performance.md).
+// one block per row. Neither is the end: a 512-thread block per row leaves room for only ~2 rows
+// loading per SM (README, "The kernels", says why the solution gives each row a warp instead).
 constexpr bool kFwdPersistent = true;
 
 // ---------------------------------------------------------------------------------------------
-// Welford's statistics. A set of values is summarized by (n, mean, M2 = sum (v - mean)^2); two
-// summaries merge exactly (Chan et al.): the mean moves by delta * nb / n and M2 gains the
-// spread between the two means. No E[x^2] - E[x]^2: with mean 1e4 and variance 1, E[x^2] is
-// 1e8, whose float32 spacing is 8 — the variance would be lost in rounding (or come out < 0).
+// The statistics of a row: sums of one loaded vector, added over the row's threads by
+// course::block_sum (one value) and course::block_sum2 (a pair, one pair of barriers). Never
+// E[x^2] - E[x]^2: with mean 1e4 and variance 1, E[x^2] is 1e8, whose float32 spacing is 8 — the
+// variance would be lost in rounding (or come out < 0). Deviations from the mean are of the size
+// of the spread, so their squares keep it.
 
-template <typename A>
-struct Welford {
-  A n, mean, m2;
-};
-
-template <typename A>
-__device__ __forceinline__ Welford<A> welford_combine(Welford<A> a, Welford<A> b) {
-  // TODO 1 (about 6 lines): the summary of the union of two sets of values, from their two
-  // summaries (Chan's formula: README, "The statistics"). An empty b (b.n == 0) leaves a as it
-  // is; an empty a must give b (check that your formula does, or branch).
-  return a;
-}
-
-// One loaded vector as a summary: its own mean, then M2 around it (two passes over registers).
-// VEC is a power of two, so a vector of equal values gives that value back exactly, and M2 = 0.
 template <typename A, typename T, int VEC>
-__device__ __forceinline__ Welford<A> welford_vec(const Vec<T, VEC>& v) {
-  // TODO 2 (about 10 lines): the summary of the VEC values of one loaded vector, in A: their
-  // mean, then M2 around that mean. (For VEC = 1 that is {1, value, 0}.)
-  return {A(0), A(0), A(0)};
+__device__ __forceinline__ A vec_sum(const Vec<T, VEC>& v) {
+  // TODO 1 (about 4 lines): the sum of the VEC values of one loaded vector, in A (to_acc each).
+  (void)v;
+  return A(0);
 }
 
-template <typename A>
-__device__ __forceinline__ Welford<A> warp_welford(Welford<A> w) {
-  // TODO 3 (about 8 lines): the summary of the warp's 32 summaries, returned to every lane:
-  // like course::warp_sum (common.cuh), but each step moves three values (n, mean, m2) with
-  // __shfl_xor_sync and merges them with welford_combine.
-  return w;
-}
-
-// The block's summary, returned to every thread. Slot 32 holds the result, as in common.cuh's
-// block_reduce, so back-to-back calls (one per row) never race: a warp writes its slot for the
-// next row only after that call's first barrier, which every thread reaches after reading this
-// call's result.
-template <typename A>
-__device__ __forceinline__ Welford<A> block_welford(Welford<A> w, Welford<A>* shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  w = warp_welford(w);
-  if (lane == 0) shared[warp] = w;
-  __syncthreads();
-  if (warp == 0) {
-    Welford<A> t = lane < warps ? shared[lane] : Welford<A>{0, 0, 0};
-    t = warp_welford(t);
-    if (lane == 0) shared[32] = t;
-  }
-  __syncthreads();
-  return shared[32];
+template <typename A, typename T, int VEC>
+__device__ __forceinline__ void vec_dev(const Vec<T, VEC>& v, A m, A& s1, A& s2) {
+  // TODO 2 (about 6 lines): over the VEC values of one loaded vector, s1 = the sum of (v - m)
+  // and s2 = the sum of (v - m)^2, in A.
+  (void)v; (void)m;
+  s1 = s2 = A(0);
 }
 
 __device__ __forceinline__ float rsqrt_(float v) { return rsqrtf(v); }
@@ -99,12 +74,13 @@ __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
 // ---------------------------------------------------------------------------------------------
 // Forward: one block per row (the loop below then runs once), or with kFwdPersistent a
 // persistent grid, as many blocks as fit on the GPU at once: block p takes rows p, p + P,
-// p + 2P, ... (P = gridDim.x); w and b are loaded once per block, and the next row's x is
-// loading while this row is reduced and written. A row is nvec = N / VEC
-// vectors; thread t owns vectors t, t + blockDim, ...; the first K of them stay in registers,
-// any further ones (rows longer than K * blockDim * VEC elements) are read again for the
-// second pass (from L2: the row was just read). x's rows are ldx elements apart (a view such as
-// x[:, :N] is read in place); y is dense.
+// p + 2P, ... (P = gridDim.x); w and b can then be loaded once per block, and the next row's x
+// can be loading while this row is reduced and written. A row is nvec = N / VEC vectors; thread
+// t owns vectors t, t + blockDim, ...; the first K of them stay in registers, any further ones
+// (rows longer than K * blockDim * VEC elements) are read again in each later pass (from L2: the
+// row was just read). x's rows are ldx elements apart (a view such as x[:, :N] is read in
+// place); y is dense. Every thread of a block runs the same rows: the block reductions' barriers
+// are reached by all.
 
 template <typename T, int VEC, int K>
 __global__ void __launch_bounds__(kMaxThreads)
@@ -115,24 +91,33 @@ layernorm_fwd_kernel(const T* __restrict__ x, int64_t ldx, const T* __restrict__
                      typename Acc<T>::type eps) {
   using A = typename Acc<T>::type;
   using V = Vec<T, VEC>;
-  __shared__ Welford<A> shared[33];  // for block_welford
+  // course::block_sum(v, shared[0]) and course::block_sum2(a, b, shared): their result slot (32)
+  // is their own, so back-to-back calls on one buffer never race (common.cuh)
+  __shared__ A shared[2][33];
   const int64_t nvec = N / VEC;
   const V* wv = reinterpret_cast<const V*>(w);
   const V* bv = reinterpret_cast<const V*>(b);
-  // TODO 4 (about 50 lines): the forward of rows blockIdx.x, blockIdx.x + gridDim.x, ... (the
-  // launcher starts one wave of blocks; a block of a short input may get one row, or none).
-  // For each row (its elements at x + row * ldx: int64, as that passes 2^31; y is dense):
-  //   - pass 1: thread t loads vectors t, t + blockDim.x, ... of the row (16 bytes each); keeps
-  //     the first K in registers (V xc[K]) and summarizes every vector it loads (welford_vec,
-  //     welford_combine); then block_welford gives every thread the row's (n, mean, M2).
-  //   - rstd = 1 / sqrt(M2 / N + eps) (biased variance); thread 0 writes mean_out[row],
-  //     rstd_out[row].
-  //   - pass 2: y = (x - mean) * rstd * w + b from the registers (vectors past the first K are
-  //     loaded again); convert with to_acc / from_acc<T>, round once on the store.
-  // Then make it fast: w and b once per block, and the next row's x loading while this row is
-  // reduced (README, "The kernels").
-  (void)x; (void)ldx; (void)y; (void)wv; (void)bv; (void)nvec; (void)shared; (void)eps;
-  (void)mean_out; (void)rstd_out; (void)rows;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const V* xr = reinterpret_cast<const V*>(x + row * ldx);  // int64: row * ldx passes 2^31
+    V* yr = reinterpret_cast<V*>(y + row * N);
+    A mean = 0, rstd = 0;
+    // TODO 3 (about 30 lines): the row's mean and rstd (biased variance), by the two passes of
+    // "The statistics" in the README:
+    //   - pass 1: thread t loads its vectors of the row (16 bytes each), keeps the first K in
+    //     registers (V xc[K], declared before this loop once you prefetch) and sums them
+    //     (vec_sum); course::block_sum gives every thread the row's sum: mean0 = sum / N.
+    //   - pass 2: the sums of the deviations from mean0 and of their squares (vec_dev over the
+    //     same vectors), added over the block with course::block_sum2; from those, mean (mean0
+    //     corrected) and the variance, which rounding must not take below 0.
+    //   - thread 0 writes mean_out[row] and rstd_out[row].
+    // TODO 4 (about 12 lines): pass 3, y = (x - mean) * rstd * w + b for the thread's vectors
+    // (those past the first K loaded again), converted with to_acc, rounded once on the store
+    // with from_acc<T>.
+    // Then make it fast: w and b once per block, the next row's x loading while this one is
+    // reduced and written (README, "The kernels").
+    (void)xr; (void)yr; (void)mean; (void)rstd; (void)wv; (void)bv; (void)nvec; (void)shared;
+    (void)eps; (void)mean_out; (void)rstd_out;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
