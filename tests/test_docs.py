@@ -104,9 +104,6 @@ REMOVED_AT = "3e7a589^"
 # raw logs of a run, kept verbatim beside the figures they back (a log's command line names the
 # script's path at the time: rewriting it would falsify the record)
 VERBATIM = ("docs/logs/",)
-# pending the grader owner's edit of benchdoc's header sentence (and the document it generates):
-# strict, so that the marker must go once they are fixed
-PENDING_REMOVED = {"grader/tools/benchdoc.py", "docs/performance.md"}
 
 
 def _text_files():
@@ -115,9 +112,7 @@ def _text_files():
             if f.is_file() and not _rel(f).startswith(VERBATIM) and f.suffix != ".png"]
 
 
-@pytest.mark.parametrize("f", [pytest.param(f, marks=pytest.mark.xfail(
-    strict=True, reason="the grader owner applies the proposed sentence")) if _rel(f) in
-    PENDING_REMOVED else f for f in _text_files()], ids=_rel)
+@pytest.mark.parametrize("f", _text_files(), ids=_rel)
 def test_nothing_cites_the_removed_results_folder(f):
     """The folder of the first rounds' logs is gone: a figure it held is cited from
     docs/performance.md (the section), or from git history by commit and path

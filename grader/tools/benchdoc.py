@@ -103,9 +103,10 @@ def render(sections: dict[str, tuple[dict, str]]) -> str:
            "The measured figures of the solutions and their baselines. Every README cites this "
            "document instead of repeating its numbers. "
            "Absolute times hold only for the device they were taken on; ratios travel better. "
-           "Older comments cite `results/...`: the first rounds' scripts and logs, removed in "
-           "commit 3e7a589 (`git show 3e7a589^:results/PATH` prints one); their figures were "
-           "timed by events, before graph replay.",
+           "The first rounds' dated notes, scripts and logs were removed in commit 3e7a589; git "
+           "history keeps them, and comments cite them as git history by commit and path "
+           "(`git show 3e7a589^:results/PATH` prints one); their figures were timed by events, "
+           "before graph replay.",
            "",
            "| section | device | date | commit | command |",
            "|---|---|---|---|---|"]
