@@ -59,7 +59,8 @@ def cmd_grade(args) -> int:
                      bench=not (args.no_bench or args.repro or args.sanitize))
     result = grade(sub, Progress(aot=args.build == "aot"))
     print(write_reports(result, full=args.exercise is not None, repro=args.repro,
-                        json_path=args.json, junit_path=args.junit, visibility=args.visibility))
+                        json_path=args.json, junit_path=args.junit, visibility=args.visibility,
+                        times=args.time_report))
     return 0
 
 
@@ -121,6 +122,8 @@ def main(argv=None) -> int:
                    "filter) or seccomp (the filter even there); the line under the scorecard "
                    "says which is on")
     g.add_argument("--visibility", **VISIBILITY)
+    g.add_argument("--time-report", action="store_true", help="where the grade's seconds went, "
+                   "per track: builds, checks, references, Triton compiles, timing")
     b = sub.add_parser("batch", help="grade every submission in a folder (a class)")
     if (argv if argv is not None else sys.argv[1:])[:1] == ["batch"]:
         from grader.tools.batch import add_arguments  # a command's own: only for it

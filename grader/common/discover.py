@@ -44,6 +44,10 @@ class Track:
     cuda_flags: tuple[str, ...] = ()  # extra nvcc flags
     headers: tuple[str, ...] = ()     # header packages on the include path (grader.submission.build.HEADERS)
     own_kernels: tuple[str, ...] = ()  # library kernel names that are this track's own (CUTLASS)
+    specializations: int | None = None  # the most Triton specializations its checks may compile
+    #                                     (grader.submission.compiles; tests/test_exercises.py)
+    shards: int = 1           # on a GPU, its checks run in this many judges at once (each its
+    #                           share: grader.judge.plugin), for a track whose compiles are long
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,7 @@ class _Fields:
 def _track(f: _Fields, name: str, exercise_id: str) -> Track:
     f.unknown({"files", "sources", "extension", "python_module", "module", "ops_namespace",
                "entry_points", "cpu", "start", "allow", "arch", "cuda_flags", "headers",
-               "own_kernels"})
+               "own_kernels", "specializations", "shards"})
     files = f.strings("files")
     if not files:
         raise f.error("files", "at least one file")
@@ -203,7 +207,10 @@ def _track(f: _Fields, name: str, exercise_id: str) -> Track:
                  start=f.get("start", str), allow=_ops_list(f), arch=f.get("arch", str, None),
                  cuda_flags=f.strings("cuda_flags", ()),
                  headers=f.strings("headers", (), allowed=("cutlass",)),
-                 own_kernels=f.strings("own_kernels", ()))
+                 own_kernels=f.strings("own_kernels", ()),
+                 specializations=f.get("specializations", int, None,
+                                       lambda v: None if v > 0 else "must be > 0"),
+                 shards=f.get("shards", int, 1, lambda v: None if 1 <= v <= 8 else "1 to 8"))
 
 
 def _ops_list(f: _Fields) -> tuple[str, ...]:

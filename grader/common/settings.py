@@ -32,6 +32,8 @@ class Settings:
     bench_repeats: int = 2         # make bench: times the graded case is measured
     first: tuple[str, ...] = ()    # checks run before the others (the watch loop: those that
     #                                failed last time), by name as the scorecard shows them
+    shard: tuple[int, int] | None = None  # (i, n): this judge runs the i-th of n shares of the
+    #                                       track's checks (grader.run.grade: long tracks on a GPU)
     examples: str | None = None    # hypothesis' examples: None chooses by the machine and QUICK;
     #                                "fixed" (the project's own tests): 6, the same every run
     signals: str = "auto"          # the submission's signal fence (grader.submission.sandbox): auto is
@@ -53,8 +55,9 @@ class Settings:
     def from_json(cls, text: str) -> "Settings":
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in json.loads(text).items() if k in known}
-        if "first" in values:  # JSON has lists; the settings stay hashable
-            values["first"] = tuple(values["first"])
+        for name in ("first", "shard"):  # JSON has lists; the settings stay hashable
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         return cls(**values)
 
 

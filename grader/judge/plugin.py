@@ -78,14 +78,18 @@ def _load_profile() -> None:
     profiles = {
         "gpu": dict(max_examples=30),
         "cpu": dict(max_examples=12, phases=no_shrink),
-        # QUICK=1 (make exercise-NN QUICK=1): a few examples per property check, the edit loop
-        "quick": dict(max_examples=3, phases=no_shrink),
+        # QUICK=1 (make exercise-NN QUICK=1), the edit loop: one example per property check,
+        # the explicit ones (@example: the tails, masks and sizes) as ever
+        "quick": dict(max_examples=1, phases=no_shrink),
         # the project's own tests (Settings.examples = "fixed"): the same examples every run, so
         # a red test is a real change and never noise
         "fixed": dict(max_examples=6, derandomize=True, phases=no_shrink),
     }
     chosen = (current().examples or ("quick" if current().quick else
                                      "gpu" if HAS_GPU else "cpu"))
+    if current().shard:  # a share of the track's checks: its share of the examples
+        kw = profiles[chosen]
+        kw["max_examples"] = -(-kw["max_examples"] // current().shard[1])
     for name, kw in profiles.items():
         hypothesis_settings.register_profile(f"grader-{name}", **kw, **common)
     hypothesis_settings.load_profile(f"grader-{chosen}")
@@ -116,10 +120,25 @@ def _category(item) -> str:
     return "gradcheck" if item.get_closest_marker("gradcheck") else "correctness"
 
 
+def _property(item) -> bool:
+    return hasattr(getattr(item, "obj", None), "hypothesis")
+
+
+def _share(items, index: int, count: int) -> list:
+    """This judge's share of a track's checks, the i-th of n (grader.run.grade runs a long
+    track's checks in n judges at once): every property check, with its examples split (the
+    profile's max_examples / n each, drawn afresh in each process), and every n-th of the
+    others, in order."""
+    others = [i for i in items if not _property(i)]
+    return [i for i in items if _property(i) or others.index(i) % count == index]
+
+
 def _capture_probe_applies(items) -> bool:
     """On a GPU, for an exercise with a benchmark, in a full grade (not REPRO, not a selection of
-    the project's own tests)."""
+    the project's own tests), in the first share of a track's checks."""
     if not HAS_GPU or current().repro or current().select or not items:
+        return False
+    if current().shard and current().shard[0] != 0:
         return False
     return exercise_of(str(items[0].path.parent)).benchmark is not None
 
@@ -228,6 +247,10 @@ class Grader:
             chosen = repro_items(keep, self.record)
             drop += [i for i in keep if i not in chosen]
             keep = chosen
+        if current().shard:
+            mine = _share(keep, *current().shard)
+            drop += [i for i in keep if i not in mine]
+            keep = mine
         if drop:
             config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -27,6 +27,7 @@ import math
 import pytest
 import torch
 
+from grader.common.settings import current
 from grader.judge import check
 from grader.judge.check import Mismatch
 from grader.judge.strategies import each_view
@@ -47,6 +48,16 @@ def on_interpreter(track, device) -> bool:
 def skip_on_interpreter(track, device, what: str) -> None:
     if on_interpreter(track, device):
         pytest.skip(INTERPRETER.format(what=what))
+
+
+QUICK = "QUICK=1 leaves {what} out (seconds of compiling per check): run without QUICK for it"
+
+
+def skip_under_quick(what: str) -> None:
+    """The edit loop (QUICK=1) checks the op's values, one example per property: the dispatcher
+    checks (opcheck, torch.compile), which compile for seconds, wait for a full grade."""
+    if current().quick:
+        pytest.skip(QUICK.format(what=what))
 
 
 def leaf(t: torch.Tensor) -> torch.Tensor:
@@ -191,6 +202,7 @@ def opcheck_samples(impl, track, device, qualname: str, samples) -> None:
     AOT dispatch tests need a GPU: they trace the op, and under the interpreter torch's
     wrap_triton hands back the interpreted kernel itself, which a trace cannot record.
     """
+    skip_under_quick("opcheck")
     utils = INTERPRETER_OPCHECK if on_interpreter(track, device) else None
     for args, kwargs in samples:
         impl.opcheck(qualname, tuple(args), dict(kwargs or {}), test_utils=utils)
@@ -201,6 +213,7 @@ def compiled_matches(impl, track, device, entry: str, args, *, expected, tol, wr
     """torch.compile(fullgraph=True) of the entry point (or of `reference.<wrap>(entry)`, a small
     model around it) runs without a graph break, and its outputs (and gradients of `wrt`) match
     `expected` (values computed in this process, e.g. the float64 reference)."""
+    skip_under_quick("torch.compile")
     skip_on_interpreter(track, device, "torch.compile")
     fn = lambda *a: impl.compiled(entry, *a, wrap=wrap)
     if wrt:

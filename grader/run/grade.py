@@ -31,7 +31,7 @@ from grader.common.processes import child_env, short_tempdir
 from grader.common.settings import Settings, from_environment
 from grader.run.follow import Follower
 from grader.run.gradescope import gradescope, junit, write_json
-from grader.run.report import feedback, machine, scorecard
+from grader.run.report import feedback, machine, scorecard, time_report
 from grader.run.results import Phase, TrackResult, track_result
 from grader.run.score import Score, score
 from grader.run.tracks import Judges, Prepared, timeable
@@ -94,9 +94,12 @@ def grade(sub: Submission, progress=None) -> Grade:
             tempfile.TemporaryDirectory(prefix="grader-run-") as run_cache:
         for subscriber in ([progress.on_event] if progress is not None else []) + [ahead.on_event]:
             follower.subscribe(subscriber)
-        checking = Judges(tree, settings, follower, forker)
-        todo = {pool.submit(_check, checking, ex, t, say): (ex, t)
-                for ex, t in _longest_first(pairs)}
+        todo = {pool.submit(_check, Judges(tree, share, follower, forker), ex, t, say): (ex, t)
+                for ex, t in _longest_first(pairs) for share in _shares(t, settings, jobs)}
+        shares_of: dict[tuple, int] = {}
+        for ex, t in todo.values():
+            shares_of[(ex.id, t.name)] = shares_of.get((ex.id, t.name), 0) + 1
+        done_shares: dict[tuple, list] = {}
         gpu = _gpu_name()  # here, while the judges start
         bench = sub.bench and gpu is not None
         if bench and not settings.quick and landlock_available():
@@ -112,7 +115,11 @@ def grade(sub: Submission, progress=None) -> Grade:
         checked: dict[tuple, Phase] = {}
         for done in as_completed(todo):
             ex, t = todo[done]
-            phase = checked[(ex.id, t.name)] = done.result()
+            shares = done_shares.setdefault((ex.id, t.name), [])
+            shares.append(done.result())
+            if len(shares) < shares_of[(ex.id, t.name)]:
+                continue  # the track's other shares still run
+            phase = checked[(ex.id, t.name)] = Phase.merged(shares)
             _durations({f"{ex.id}/{t.name}": time.perf_counter() - start})
             r = track_result(ex.id, t.name, str(tree), phase)
             say(f"checked {ex.id} [{t.name}]: {r.count('correctness', 'passed')}/"
@@ -179,6 +186,19 @@ def _forking(forker, pairs, settings: Settings, say):
         finally:
             for z in zygotes:
                 z.stop()
+
+
+def _shares(track: Track, settings: Settings, jobs: int) -> list[Settings]:
+    """The settings of each judge that checks `track`: one, or (a track whose exercise declares
+    `shards`, on a GPU machine with the cores and the sandbox for several judges at once, in a
+    full grade) one per share of its checks: each its share of the property checks' examples
+    and of the other checks (grader.judge.plugin). Their Triton compiles then run side by side
+    instead of one after another (13's checks: most of a cold grade)."""
+    n = track.shards
+    if n <= 1 or jobs < n or not driver_loaded() or not landlock_available() or \
+            settings.repro or settings.select or settings.sanitize or settings.first:
+        return [settings]
+    return [settings.replace(shard=(i, n)) for i in range(n)]
 
 
 def _jobs(asked: int, n: int) -> int:
@@ -354,7 +374,7 @@ def _time_all(judges: Judges, pairs, checked, bench, ahead: _Ahead, say, start) 
 
 
 def write_reports(grade: Grade, *, full: bool, repro: str | None = None, json_path=None,
-                  junit_path=None, visibility=()) -> str:
+                  junit_path=None, visibility=(), times: bool = False) -> str:
     """The last step: the scorecard and feedback a learner reads (returned; grader.run.report), and
     the files asked for, Gradescope's results.json and JUnit XML (grader.run.gradescope)."""
     rel = grade.tree.relative_to(ROOT) if grade.tree.is_relative_to(ROOT) else grade.tree
@@ -363,6 +383,8 @@ def write_reports(grade: Grade, *, full: bool, repro: str | None = None, json_pa
     sandbox = sorted({r.build["sandbox"] for _, r, _ in grade.rows if r.build.get("sandbox")})
     out = ["", table] + [f"sandbox: {s}" for s in sandbox[:2]]
     out += ["", "\n\n".join(notes)] if notes else []
+    if times:
+        out += ["", time_report(grade.rows, grade.seconds)]
     if repro:
         out.append(f"\nREPRO: only {repro.partition('@')[0]} ran, on its failing example; the "
                    f"points above are not a score (run without REPRO for that)")

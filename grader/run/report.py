@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from grader.common.discover import Exercise
@@ -78,6 +79,9 @@ def _checks_cell(r: TrackResult, category: str) -> str:
     broke = r.count(category, "crashed") + r.count(category, "not run")
     if broke:
         cell += f" ({broke} not run)"
+    skipped = r.count(category, "skipped")
+    if skipped:
+        cell += f" ({skipped} skipped)"
     return cell
 
 
@@ -120,6 +124,38 @@ def scorecard(rows: list[tuple[Exercise, TrackResult, Score]], *, title: str) ->
     console.print(table)
     text = "\n".join(line.rstrip() for line in console.export_text().splitlines())
     return f"{title}\n\n{text.strip(chr(10))}\n\ntotal: {total:.1f} / {maximum:.0f} points"
+
+
+def time_report(rows, seconds: float) -> str:
+    """Where the grade's seconds went, per track (`--time-report`): the judge ready (process,
+    imports, build), the build alone, the checks (and the slowest), the float64 references, the
+    Triton specializations compiled and their seconds, the timing (baselines, the submission)."""
+    def cell(d: dict, key: str) -> str:
+        return f"{d[key]:.1f}" if key in d else DASH
+
+    def compiles(c: dict | None) -> str:
+        if not c or not c.get("specializations"):
+            return DASH
+        made = "would compile" if c.get("emulated") else f"{c['seconds']:.1f} s"
+        return f"{c['specializations']} ({made})"
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("track", "ready s", "build s", "checks s", "slowest check", "refs s",
+                 "specializations", "timing s", "baselines s"):
+        table.add_column(name, overflow="fold")
+    for ex, r, _ in rows:
+        t = r.times
+        slowest = f"{t['slowest'][0][:40]} {t['slowest'][1]:.1f}" if "slowest" in t else DASH
+        parts = t.get("timing_parts") or {}
+        table.add_row(escape(f"{ex.number} [{r.track}]"), cell(t, "ready"), cell(t, "build"),
+                      cell(t, "checks"), slowest, cell(t, "references"),
+                      compiles(t.get("compiles")), cell(t, "timing"),
+                      f"{parts['baselines']:.1f}" if "baselines" in parts else DASH)
+    console = Console(width=200, color_system=None, force_terminal=False, record=True,
+                      file=io.StringIO())
+    console.print(table)
+    text = "\n".join(line.rstrip() for line in console.export_text().splitlines())
+    return f"Where the {seconds:.0f} s went (per track; checks run side by side, timings one " \
+           f"at a time)\n\n{text.strip(chr(10))}"
 
 
 def feedback(ex: Exercise, r: TrackResult, s: Score, *, full: bool = False) -> str:
@@ -166,6 +202,12 @@ def feedback(ex: Exercise, r: TrackResult, s: Score, *, full: bool = False) -> s
     rest = [c for same in list(groups.values())[len(shown):] for c in same]
     if rest:
         out.append("  also failed: " + _names(rest))
+    skips: dict[str, list] = {}  # left out on purpose (QUICK's), said once per reason
+    for c in r.checks:
+        if c.outcome == "skipped":
+            skips.setdefault(c.message, []).append(c)
+    for why, same in skips.items():
+        out.append(f"{head}: skipped {_names(same)}: {why}")
     if r.sanitizer:
         z = r.sanitizer
         if z.get("unavailable"):

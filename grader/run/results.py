@@ -81,6 +81,23 @@ class Phase:
     log: str = ""
     restored: tuple = ()  # repository files changed and restored around it (no Landlock)
 
+    @classmethod
+    def merged(cls, shares: list["Phase"]) -> "Phase":
+        """One phase of the shares of a track's checks run in judges of their own: their events
+        together; ended if any ended (the first one's reason)."""
+        if len(shares) == 1:
+            return shares[0]
+        events = [e for p in shares for e in p.events if not isinstance(e, (ev.Done, ev.Ended))]
+        ended = next((p for p in shares if p.ended), None)
+        if ended is not None:
+            log = next((e.log for e in ended.events if isinstance(e, ev.Ended) and e.log),
+                       ended.log)
+            events.append(ev.Ended(reason=ended.ended, log=log))
+        events.append(ev.Done())
+        return cls(tuple(events), ended.returncode if ended else 0,
+                   ended.timed_out if ended else None, ended.log if ended else shares[0].log,
+                   tuple(p for s in shares for p in s.restored))
+
     @property
     def ended(self) -> str:
         """"" when the judge finished its phase; else why it did not."""
@@ -115,14 +132,16 @@ def _checks(phase: Phase, ended: str) -> tuple:
     """The checks as collected, each with its outcome (results of several pytest phases of one
     check: a failure anywhere is its outcome)."""
     checks: dict[str, dict] = {}
-    started: set[str] = set()
+    started: set[str] = set()  # started and never reported: what the process died in
     for e in phase.events:
-        if isinstance(e, ev.Collected):
-            checks = {t["id"]: {"name": t["name"], "category": t["category"],
-                                "outcome": "not run", "seconds": 0.0} for t in e.tests}
+        if isinstance(e, ev.Collected):  # one per judge (several for a track run in shares)
+            for t in e.tests:
+                checks.setdefault(t["id"], {"name": t["name"], "category": t["category"],
+                                            "outcome": "not run", "seconds": 0.0})
         elif isinstance(e, ev.Start):
             started.add(e.test)
         elif isinstance(e, ev.Result) and e.test in checks:
+            started.discard(e.test)
             c = checks[e.test]
             c["seconds"] += e.seconds or 0.0
             if e.outcome == "skipped":
@@ -132,10 +151,10 @@ def _checks(phase: Phase, ended: str) -> tuple:
                 c["outcome"] = "passed"
             elif e.outcome == "failed":
                 c.update(_failure(e))
-    if ended and phase.built:  # the check that was running when the judge died
+    if ended and phase.built:  # the check that was running when a judge died
         for test_id in started:
             c = checks.get(test_id)
-            if c is not None and c["outcome"] == "not run":
+            if c is not None and c["outcome"] in ("not run", "passed"):
                 c.update(outcome="crashed", message=ended)
     return tuple(Check(**c) for c in checks.values())
 

@@ -56,14 +56,18 @@ import gc
 # query CUDA at import (grader.judge.plugin does: HAS_GPU; it is imported by pytest in the child).
 PRELOAD = {
     "judge": ["torch", "numpy", "pytest", "pytest_timeout", "_hypothesis_pytestplugin",
-              "hypothesis", "grader.common.discover", "grader.run.launch", "grader.run.results",
-              "grader.judge.review", "grader.judge.proxy", "grader.judge.check", "grader.judge.cases", "grader.judge.testing",
-              "grader.judge.strategies", "grader.judge.baselines", "grader.judge.measure",
-              "grader.common.timing", "grader.common.trust", "grader.common.seam", "grader.common.settings"],
-    "submission": ["torch", "numpy", "triton", "triton.language", "grader.submission.build",
-                   "grader.submission.build_errors", "grader.common.discover", "grader.submission.evidence", "grader.common.pyfile",
-                   "grader.submission.sandbox", "grader.common.settings", "grader.common.timing", "grader.common.trust",
-                   "grader.common.seam", "grader.submission.loader", "grader.submission.interp",
+              "hypothesis", "grader.common.discover", "grader.common.events",
+              "grader.common.processes", "grader.common.reference", "grader.common.seam",
+              "grader.common.settings", "grader.common.timing", "grader.common.trust",
+              "grader.common.poison", "grader.judge.spawn", "grader.judge.review",
+              "grader.judge.proxy", "grader.judge.explain", "grader.judge.check",
+              "grader.judge.cases", "grader.judge.testing", "grader.judge.gradcheck",
+              "grader.judge.strategies", "grader.judge.baselines", "grader.judge.measure"],
+    "submission": ["torch", "numpy", "triton", "triton.language", "grader.common.discover",
+                   "grader.common.pyfile", "grader.common.settings", "grader.common.timing",
+                   "grader.common.trust", "grader.common.poison", "grader.common.seam",
+                   "grader.submission.early", "grader.submission.sandbox",
+                   "grader.submission.build", "grader.submission.server",
                    "torch.autograd.profiler", "multiprocessing.connection", "landlock"],
 }
 

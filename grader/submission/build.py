@@ -17,8 +17,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from torch.utils import cpp_extension
-
 from grader.common.discover import Exercise, Track
 from grader.common.paths import INCLUDE, build_dir
 from grader.submission.build_errors import (
@@ -45,8 +43,11 @@ def build(tree: Path, exercise: Exercise, track: Track, early: Path | None = Non
     `early`: the report of the early rebuild started for this process (grader.submission.early)."""
     includes = toolchain_env()
     extra_includes, extra_flags = track_options(track)
+    # not at the top: the module reads CUDA_HOME when it loads (toolchain_env sets it, above)
+    # and asks CUDA whether there is a GPU (a zygote, which preloads this module, must not)
+    from torch.utils import cpp_extension
     if os.environ.get("CUDA_HOME") and cpp_extension.CUDA_HOME != os.environ["CUDA_HOME"]:
-        cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"]  # read when torch's module loaded
+        cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"]  # loaded earlier by someone else
 
     folder = tree / exercise.id / track.name
     missing = [s for s in track.sources if not (folder / s).is_file()]

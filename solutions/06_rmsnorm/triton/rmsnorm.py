@@ -296,7 +296,7 @@ def _bwd_impl(dy, x, w, rstd, launch):
     # The second stage: [programs, N] -> [N], summed in the partials' precision in a fixed
     # order and rounded once to w's dtype (one kernel: no separate sum and cast)
     dw = torch.empty_like(w)
-    cols = CONFIG["reduce_cols"] if h.is_cuda else CPU_REDUCE_COLS
+    cols = CONFIG["reduce_cols"] if x.is_cuda else CPU_REDUCE_COLS
     launch(_dw_reduce_kernel)[(triton.cdiv(N, cols),)](
         partials, dw, programs, N, BLOCK_P=CONFIG["reduce_rows"], BLOCK_N=cols,
         num_warps=CONFIG["reduce_warps"])
