@@ -25,6 +25,12 @@ def test_solution_passes(ex, track):
     assert not bad, "\n\n".join(bad)
     gpu_only = not HAS_GPU and all(c.outcome == "needs a GPU" for c in r.checks)
     assert r.count("correctness", "passed") > 0 or gpu_only, "no check could run here"
+    if not track.sources:  # a Triton track: its checks compile no more than the exercise says
+        made = (r.times.get("compiles") or {}).get("specializations")
+        assert track.specializations is not None, f"{ex.id}: declare `specializations`"
+        assert made is not None and made <= track.specializations, (
+            f"the checks compiled {made} Triton specializations, the exercise declares at most "
+            f"{track.specializations}: {r.times.get('compiles')}")
     if HAS_GPU:
         assert not [c.name for c in r.checks if c.outcome == "needs a GPU"]
     elif track.sources:

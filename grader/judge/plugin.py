@@ -238,10 +238,10 @@ class Grader:
                 # a backstop: the proxy stops waiting for the submission at the check's limit
                 item.add_marker(pytest.mark.timeout(current().check_limit(exercise) + 60,
                                                     method="thread"))
+        for k, item in enumerate(keep):
+            item.grader_order = k  # the scorecard keeps the exercise's order (shares too)
         if current().first:  # the watch loop: what failed last time first, then the rest
             first = set(current().first)
-            for k, item in enumerate(keep):
-                item.grader_order = k  # the scorecard keeps the exercise's order
             keep.sort(key=lambda i: short(i.nodeid) not in first)
         if current().repro:
             chosen = repro_items(keep, self.record)
@@ -256,14 +256,15 @@ class Grader:
         items[:] = keep
 
     def pytest_collection_finish(self, session):
-        tests = [{"id": i.nodeid, "name": short(i.nodeid), "category": _category(i)}
-                 for i in sorted(session.items, key=lambda i: getattr(i, "grader_order", 0))]
+        tests = [{"id": i.nodeid, "name": short(i.nodeid), "category": _category(i),
+                  "order": i.grader_order}
+                 for i in sorted(session.items, key=lambda i: i.grader_order)]
         if tests and not current().repro:  # REPRO runs one check: it reports that one only
             tests.append({"id": OWN_WORK, "name": "your kernels do the work",
-                          "category": "correctness"})
+                          "category": "correctness", "order": 1 << 20})
             if _capture_probe_applies(session.items):
                 tests.append({"id": CAPTURABLE, "name": "capturable in a CUDA graph",
-                              "category": "correctness"})
+                              "category": "correctness", "order": 1 << 21})
         self.record(ev.Collected(tests=tests))
 
     def pytest_runtest_logstart(self, nodeid, location):

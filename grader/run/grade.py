@@ -82,7 +82,7 @@ def grade(sub: Submission, progress=None) -> Grade:
     short_tempdir()
     tree, settings = Path(sub.tree).resolve(), sub.settings
     pairs = sub.pairs()
-    jobs = _jobs(sub.jobs, len(pairs))
+    jobs = _jobs(sub.jobs, sum(len(_shares(t, settings)) for _, t in pairs))
     # each checking process's share of the cores for torch's CPU ops (grader.run.launch)
     settings = settings.replace(check_threads=max(1, (os.cpu_count() or 2) // jobs))
     if settings.build == "jit" and any(s.endswith(".cpp") for _, t in pairs for s in t.sources):
@@ -95,7 +95,7 @@ def grade(sub: Submission, progress=None) -> Grade:
         for subscriber in ([progress.on_event] if progress is not None else []) + [ahead.on_event]:
             follower.subscribe(subscriber)
         todo = {pool.submit(_check, Judges(tree, share, follower, forker), ex, t, say): (ex, t)
-                for ex, t in _longest_first(pairs) for share in _shares(t, settings, jobs)}
+                for ex, t in _longest_first(pairs) for share in _shares(t, settings)}
         shares_of: dict[tuple, int] = {}
         for ex, t in todo.values():
             shares_of[(ex.id, t.name)] = shares_of.get((ex.id, t.name), 0) + 1
@@ -188,15 +188,16 @@ def _forking(forker, pairs, settings: Settings, say):
                 z.stop()
 
 
-def _shares(track: Track, settings: Settings, jobs: int) -> list[Settings]:
+def _shares(track: Track, settings: Settings) -> list[Settings]:
     """The settings of each judge that checks `track`: one, or (a track whose exercise declares
-    `shards`, on a GPU machine with the cores and the sandbox for several judges at once, in a
-    full grade) one per share of its checks: each its share of the property checks' examples
-    and of the other checks (grader.judge.plugin). Their Triton compiles then run side by side
-    instead of one after another (13's checks: most of a cold grade)."""
+    `shards`, on a GPU machine, with the sandbox that lets judges run side by side) one per
+    share of its checks: each its share of the property checks' examples and of the other
+    checks (grader.judge.plugin). Their Triton compiles then run side by side instead of one
+    after another (13's checks: most of a cold grade). Not for one check (REPRO), under a
+    sanitizer, nor in the watch loop's order (last time's failures first)."""
     n = track.shards
-    if n <= 1 or jobs < n or not driver_loaded() or not landlock_available() or \
-            settings.repro or settings.select or settings.sanitize or settings.first:
+    if n <= 1 or not driver_loaded() or not landlock_available() or settings.repro or \
+            settings.sanitize or settings.first:
         return [settings]
     return [settings.replace(shard=(i, n)) for i in range(n)]
 

@@ -241,8 +241,16 @@ def _names(checks) -> str:
 
 
 def performance_line(p: dict, s: Score) -> str:
-    """One line per mode: time, fraction of the ceiling, speedup over each baseline."""
+    """One line per mode: time, fraction of the ceiling, speedup over each baseline (and a line
+    when the baselines' figures were kept from an earlier grade on this GPU)."""
     lines = []
+    kept = [b for f in p["figures"].values() for b in (f.get("baselines") or {}).values()
+            if b.get("kept")]
+    if kept:
+        how = (f"each re-timed on fresh inputs within {100 * kept[0]['within']:.0f}%"
+               if kept[0].get("within") else "QUICK: not re-timed")
+        lines.append(f"baselines: figures kept from {min(b['kept'] for b in kept)} on this "
+                     f"GPU, {how}")
     for mode, f in p["figures"].items():
         speed = ", ".join(f"{v:.2f}x {k}" for k, v in f.get("speedup", {}).items())
         frac = f", {100 * f['fraction']:.0f}% of {p['ceiling_name']}" if f.get("fraction") else ""
@@ -271,7 +279,11 @@ def performance_text(p: dict, s: Score) -> str:
         for name, b in (f.get("baselines") or {}).items():
             if "ms" in b:
                 host = f", host {b['host_ms'] * 1e3:.0f} us" if b.get("host_ms") else ""
-                cached = " (QUICK: cached)" if b.get("cached") else ""
+                cached = ""
+                if b.get("kept"):  # measured by an earlier grade on this GPU (and re-timed)
+                    cached = f" (kept from {b['kept']}" + (
+                        f", re-timed {b['relooked_ms'] * 1e3:.1f} us)" if b.get("relooked_ms")
+                        else ", QUICK: not re-timed)")
                 lines.append(f"    vs {name}: {b['ms'] * 1e3:.1f} us{host}{cached} -> "
                              f"{f['speedup'][name]:.2f}x")
             else:

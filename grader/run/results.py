@@ -137,7 +137,8 @@ def _checks(phase: Phase, ended: str) -> tuple:
         if isinstance(e, ev.Collected):  # one per judge (several for a track run in shares)
             for t in e.tests:
                 checks.setdefault(t["id"], {"name": t["name"], "category": t["category"],
-                                            "outcome": "not run", "seconds": 0.0})
+                                            "outcome": "not run", "seconds": 0.0,
+                                            "order": t.get("order", len(checks))})
         elif isinstance(e, ev.Start):
             started.add(e.test)
         elif isinstance(e, ev.Result) and e.test in checks:
@@ -156,7 +157,8 @@ def _checks(phase: Phase, ended: str) -> tuple:
             c = checks.get(test_id)
             if c is not None and c["outcome"] in ("not run", "passed"):
                 c.update(outcome="crashed", message=ended)
-    return tuple(Check(**c) for c in checks.values())
+    ordered = sorted(checks.values(), key=lambda c: c.pop("order"))  # the exercise's order
+    return tuple(Check(**c) for c in ordered)
 
 
 def _times(checks: Phase, timing: Phase | None) -> dict:

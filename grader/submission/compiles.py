@@ -65,7 +65,9 @@ class Compiles:
             GridExecutor.__call__ = counted
             return
         from triton.runtime.jit import JITFunction
-        compile_one = JITFunction._do_compile
+        compile_one = getattr(JITFunction, "_do_compile", None)
+        if compile_one is None:  # a Triton that compiles elsewhere: no figures, nothing else
+            return
 
         def timed(fn, key, *args, **kwargs):
             began = time.perf_counter()
@@ -73,7 +75,8 @@ class Compiles:
                 return compile_one(fn, key, *args, **kwargs)
             finally:
                 spent = time.perf_counter() - began
-                counts.keys.setdefault(fn.fn.__qualname__, set()).add(str(key))
+                name = getattr(getattr(fn, "fn", None), "__qualname__", "kernel")
+                counts.keys.setdefault(name, set()).add(str(key))
                 counts.seconds += spent
                 counts.compiled += spent > 0.05  # a load from the on-disk cache takes ~ms
         JITFunction._do_compile = timed

@@ -1,0 +1,76 @@
+"""What makes a verdict fast never changes it: a track's checks run in shares give the verdicts of
+one judge, a crash in one share is the track's crash, QUICK says what it leaves out, and the
+specializations Triton would compile are counted by Triton's own rule."""
+import dataclasses
+
+import pytest
+import torch
+
+from grader.common import events as ev
+from grader.common.discover import discover
+from grader.common.paths import ROOT
+from grader.common.settings import Settings
+from grader.run import grade as grade_module
+from grader.run.grade import Submission, grade
+from grader.run.results import Phase, track_result
+from grader.submission.compiles import _arg_key
+
+EX05 = discover(only="05")[0]
+
+
+def verdicts(g):
+    return [(r.track, [(c.name, c.outcome) for c in r.checks], round(s.total, 2))
+            for _, r, s in g.rows]
+
+
+def test_shares_of_a_track_give_the_verdicts_of_one_judge(monkeypatch):
+    """05's checks in two judges at once (as 13's run in four on a GPU: `shards`), a wrong
+    kernel's failures included, against one judge: the same checks, outcomes and points."""
+    shared = dataclasses.replace(EX05, tracks={"triton": dataclasses.replace(
+        EX05.tracks["triton"], shards=2)})
+    monkeypatch.setattr(grade_module, "driver_loaded", lambda: True)  # shares: GPU machines
+    judges = []
+    shares = grade_module._shares
+    monkeypatch.setattr(grade_module, "_shares", lambda *a: judges.append(shares(*a)) or
+                        judges[-1])
+    settings = Settings(examples="fixed", select="matches_reference or awkward or view")
+    for tree in (ROOT / "solutions", ROOT / "starter"):
+        one = grade(Submission(tree, (EX05,), settings=settings, bench=False))
+        two = grade(Submission(tree, (shared,), settings=settings, bench=False))
+        assert verdicts(two) == verdicts(one)
+    assert [s.shard for s in judges[-1]] == [(0, 2), (1, 2)]  # two judges did check it
+
+
+def test_a_crash_in_one_share_is_the_tracks_crash():
+    tests = [{"id": "t::a", "name": "a", "category": "correctness"},
+             {"id": "t::b", "name": "b", "category": "correctness"}]
+    fine = Phase((ev.Build(ok=True), ev.Collected(tests=tests), ev.Start(test="t::a"),
+                  ev.Result(test="t::a", outcome="passed"), ev.Done()))
+    died = Phase((ev.Build(ok=True), ev.Collected(tests=tests), ev.Start(test="t::a")),
+                 returncode=-11)
+    r = track_result("05_softmax", "triton", "t", Phase.merged([fine, died]))
+    assert r.ended.startswith("crashed") and r.checks[0].outcome == "crashed"
+    assert r.checks[1].outcome == "not run"
+    r = track_result("05_softmax", "triton", "t", Phase.merged([fine, fine]))
+    assert not r.ended and [c.outcome for c in r.checks] == ["passed", "not run"]
+
+
+def test_quick_says_what_it_leaves_out(monkeypatch):
+    """One example per property check, no opcheck nor torch.compile: skipped, said, and never
+    counted as passed."""
+    ex = discover(only="06")[0]
+    g = grade(Submission(ROOT / "solutions", (ex,), ("triton",),
+                         Settings(quick=True, select="opcheck or compile"), bench=False))
+    r = g.rows[0][1]
+    skipped = [c for c in r.checks if c.outcome == "skipped"]
+    assert skipped and all("QUICK=1 leaves" in c.message for c in skipped), r.checks
+    assert not [c for c in r.checks if c.outcome == "passed" and "opcheck" in c.name]
+
+
+def test_specializations_follow_tritons_rule():
+    """An integer equal to 1 or a multiple of 16 is a specialization of its own, any other one
+    shares; a tensor's dtype and its 16-byte alignment count; floats are one kind."""
+    assert _arg_key(1) != _arg_key(7) == _arg_key(13) != _arg_key(32) == _arg_key(64)
+    x = torch.zeros(64)
+    assert _arg_key(x) == _arg_key(torch.ones(64)) != _arg_key(x[1:]) != _arg_key(x.half())
+    assert _arg_key(0.5) == _arg_key(1e-6) and _arg_key(None) == "none"
