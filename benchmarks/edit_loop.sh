@@ -11,7 +11,8 @@
 # rebuilds and relinks exactly as for a real one-line change. Prints a markdown table
 # (benchmarks/run.sh puts it into docs/performance.md). Without a GPU the timed rows are
 # `make exercise-NN` (no timing there) instead. DRY_RUN=1 prints the commands instead;
-# KEEP=DIR keeps the watch loops' output there. A Triton track on the CPU:
+# KEEP=DIR keeps the watch loops' output there; ROWS=watch runs only the watch loop's checks-only
+# rows; EDIT_AFTER=TEXT edits inside the kernel (above). A Triton track on the CPU:
 # `PY=.venv/bin/python bash benchmarks/edit_loop.sh 01 triton vector_add.py`.
 set -u
 EX=${1:-02}
@@ -52,9 +53,24 @@ row() {  # row LABEL COMMAND...: grade once, one table row (wall time, the build
   printf "| %s | %d.%d | %s | %s%s |\n" "$label" $((ms / 1000)) $((ms % 1000 / 100)) "${built:-?}" \
     "${pts:-?}" "$([ $rc = 0 ] || echo " (exit $rc)")"
 }
-edit() {  # a comment line in the kernel file's language
+edit() {  # a comment line in the kernel file's language: at its end, or (EDIT_AFTER=TEXT) on
+  # the line after the first line holding TEXT, indented as it: inside a Triton kernel a
+  # comment changes the kernel's source, so Triton compiles it again as for a real change
   local mark="//"; case $KERNEL in *.py) mark="#" ;; esac
-  echo "$mark edit_loop.sh: a one-line change $(date +%s%N)" >> "$tree/$name/$TRACK/$KERNEL"
+  local line="$mark edit_loop.sh: a one-line change $(date +%s%N)" file="$tree/$name/$TRACK/$KERNEL"
+  if [ -n "${EDIT_AFTER:-}" ]; then
+    EDIT_LINE="$line" EDIT_AFTER="$EDIT_AFTER" $PY - "$file" <<'PY'
+import os, sys
+path, after, line = sys.argv[1], os.environ["EDIT_AFTER"], os.environ["EDIT_LINE"]
+lines = open(path).read().split("\n")
+k = next(i for i, l in enumerate(lines) if after in l)
+indent = lines[k + 1][:len(lines[k + 1]) - len(lines[k + 1].lstrip())]
+lines.insert(k + 1, indent + line)
+open(path, "w").write("\n".join(lines))
+PY
+  else
+    echo "$line" >> "$file"
+  fi
 }
 lines() { grep -c "$2" "$1" 2>/dev/null; }
 await() {  # await LOG PATTERN N PID SECONDS: until LOG has N lines matching PATTERN (1: PID died, or time)
@@ -95,6 +111,10 @@ watch_rows() {  # watch_rows LABEL [FLAGS]: the watch loop, its first grade and 
 }
 
 grade=($PY -m grader grade --exercise "$EX" --submission "$tree")
+if [ "${ROWS:-all}" = watch ]; then  # the watch loop's rows alone (benchmarks/grading_time.sh)
+  watch_rows "watch, checks only"
+  exit 0
+fi
 row "cold, checks only" "${grade[@]}" --no-bench
 row "warm, checks only" "${grade[@]}" --no-bench
 edit
