@@ -8,6 +8,7 @@ import py_compile
 import re
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,9 @@ PYTHON = [
     ("import operator\ng = operator.attrgetter('f_back')", 2, "introspection", "attrgetter"),
     ("import torch\nx = torch._C._profiler", 2, "private", "torch._C"),
     ("import torch.testing._internal.optests", 1, "private", "torch.testing._internal"),
+    ("import torch\ns = torch.ops.aten.add.default._schema", 2, "private", "_schema"),
+    ("import triton\nc = triton.JITFunction._cache", 2, "private", "triton.JITFunction._cache"),
+    ("import typing\nr = typing.ForwardRef('x')", 2, "dynamic-code", "typing.ForwardRef"),
     ("import torch\np = torch.profiler.profile", 2, "intercept", "torch.profiler.profile"),
     ("import torch\nlib = torch.library.Library('aten', 'IMPL')", 2, "intercept", "Library('aten'"),
     ("import torch\n@torch.library.register_fake('aten::add.Tensor')\ndef f(a, b):\n    pass", 2,
@@ -271,6 +275,11 @@ CPP = [
     ("#define H <ATen/core/Tensor.h>\n#include H", 2, "obfuscation", "#include H"),
     ('#include "../../../grader/x.h"', 1, "link", "../../../grader/x.h"),
     ('const char* n = "at" "en::add";', 1, "intercept", "aten::add"),
+    ("%:define K kill", 1, "obfuscation", "%:define"),
+    ("auto f = \\u0063ublasSgemm;", 1, "obfuscation", "u0063"),
+    ('void* h = __libc_dlopen_mode("x", 1);', 1, "native", "__libc_dlopen_mode"),
+    ("extern void* _GLOBAL_OFFSET_TABLE_[];", 1, "native", "_GLOBAL_OFFSET_TABLE_"),
+    ("void* r = __builtin_return_address(0);", 1, "introspection", "__builtin_return_address"),
 ]
 
 
@@ -312,13 +321,22 @@ def test_cpp_comments_strings_and_honest_lookalikes_are_not_flagged(tmp_path):
     (b"x = '\xff\xfe'\n", "decode"),
     (b"# -*- coding: no-such-codec -*-\nx = 1\n", "decode"),
     (b"x = " + b"(" * 300 + b"1" + b")" * 300 + b"\n", "cannot parse"),
-    (b"x = " + b"1 + " * 100_000 + b"1\n", "not reviewed"),
+    (b"x = " + b"1 + " * 60_000 + b"1\n", "RecursionError"),
 ])
 def test_what_cannot_be_read_is_a_finding_never_an_exception(tmp_path, data, seen):
     (tmp_path / "op.py").write_bytes(data)
     found = review_track(tmp_path, ["op.py"])
     assert [f.rule for f in found] == ["limits"], [str(f) for f in found]
     assert "was not reviewed" in found[0].text and seen in found[0].text, str(found[0])
+
+
+@pytest.mark.parametrize("data", [b"/*" * 300_000, b'R"x(' * 200_000, b'"' * 500_000,
+                                  b"x = '\\\n" * 100_000])
+def test_unterminated_comments_and_strings_are_read_in_linear_time(tmp_path, data):
+    (tmp_path / "k.cu").write_bytes(data)
+    started = time.monotonic()
+    review_track(tmp_path, ["k.cu"])
+    assert time.monotonic() - started < 30  # ~1 s here; quadratic would be hours
 
 
 def test_a_rule_that_fails_is_a_finding_and_the_rest_is_still_read(tmp_path, monkeypatch):
@@ -427,9 +445,16 @@ def test_compiled_files_are_flagged_but_a_cache_of_its_own_source_is_not(tmp_pat
                      (Path(unchecked).relative_to(tmp_path).as_posix(), "binary")}
 
 
-def test_oversized_files_are_reported_not_read(tmp_path):
-    (tmp_path / "big.py").write_text("x = 1\n" * 200_000)
-    assert [(f.file, f.rule) for f in review_track(tmp_path, ["big.py"])] == [("big.py", "limits")]
+def test_oversized_files_and_tracks_are_reported_not_read(tmp_path):
+    (tmp_path / "big.py").write_text("x = 1\n" * 50_000)
+    (tmp_path / "big.cu").write_text("int x = 1;\n" * 100_000)
+    for i in range(3):
+        (tmp_path / f"k{i}.cu").write_text("int x = 1;\n" * 80_000)
+    found = review_track(tmp_path, ["big.py"])
+    assert [(f.file, f.rule) for f in found] == [("big.py", "limits"), ("big.cu", "limits"),
+                                                 ("k2.cu", "limits")]
+    assert ["256 KB" in found[0].text, "1000 KB" in found[1].text, "2 MB" in found[2].text] == [
+        True] * 3
 
 
 def test_missing_declared_files_and_folders_are_left_to_the_loader(tmp_path):

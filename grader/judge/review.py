@@ -29,7 +29,11 @@ from grader.judge.review_python import module_aliases, review_python
 PY = (".py",)
 CPP = (".cpp", ".cc", ".cxx", ".cu", ".h", ".hh", ".hpp", ".cuh", ".inl")
 BINARY = (".so", ".pyd", ".pyc", ".pyo", ".dylib", ".dll")  # code Python or the loader can run
-MAX_BYTES, MAX_FILES, MAX_DEPTH, MAX_PER_FILE = 1_000_000, 100, 4, 40
+# bounds on what one review reads, so that no track makes the judge wait (a Python file costs
+# ~0.15 s per 10 KB to follow, C++ ~0.05 s per 10 KB; honest tracks are under 200 KB in all and
+# their largest file ~50 KB): what lies beyond them is a finding, "was not reviewed"
+MAX_BYTES, MAX_PY_BYTES, MAX_TOTAL = 1_000_000, 256_000, 2_000_000
+MAX_FILES, MAX_DEPTH, MAX_PER_FILE = 100, 4, 40
 EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
 
 WHAT = {
@@ -123,7 +127,8 @@ def _own_modules(folder: Path, names: list[str], extension: str | None) -> dict:
             if not stem.isidentifier():
                 continue
             try:
-                data = (folder / name).read_bytes()[:MAX_BYTES]
+                data = (folder / name).read_bytes() if (folder / name).stat().st_size <= \
+                    MAX_PY_BYTES else b""
             except OSError:
                 data = b""
             own[stem] = module_aliases(data) if len(p.parts) == 1 or p.stem == "__init__" else {}
@@ -179,7 +184,7 @@ def _review(folder: Path, files: list[str], extension: str | None, found: list[F
     for head in heads:  # a module or package of the track named like one Python already has
         if (head.endswith("/") or head.endswith(".py")) and (why := _shadows(head.rstrip("/"))):
             found.append(Finding(head, 1, "shadow", f"{WHAT['shadow']} ({why})"))
-    read = 0
+    read = total = 0
     for name in names:
         path = folder / name
         suffix = path.suffix.lower()
@@ -195,11 +200,16 @@ def _review(folder: Path, files: list[str], extension: str | None, found: list[F
                 continue
             if suffix not in PY + CPP or not path.is_file():
                 continue
-            if read == MAX_FILES or path.stat().st_size > MAX_BYTES:
-                why = "too many source files" if read == MAX_FILES else "larger than 1 MB"
+            size = path.stat().st_size
+            limit = MAX_PY_BYTES if suffix in PY else MAX_BYTES
+            why = ("more than 100 source files" if read == MAX_FILES else
+                   f"larger than {limit // 1000} KB" if size > limit else
+                   f"the track's sources pass {MAX_TOTAL // 1_000_000} MB" if total + size >
+                   MAX_TOTAL else None)
+            if why:
                 found.append(Finding(name, 1, "limits", f"{WHAT['limits']}: {why}"))
                 continue
-            read += 1
+            read, total = read + 1, total + size
             raw = _review_file(folder, name, own)
         except Exception as e:  # noqa: BLE001 - an unreadable file is a finding, not a crash
             found.append(Finding(name, 1, "limits", f"{WHAT['limits']}: {type(e).__name__}: "

@@ -20,7 +20,7 @@ MODULES: dict[str, frozenset | None] = {
     "__future__": PUBLIC,           # `from __future__ import annotations`: a compiler directive
     # Python's own pure functions on numbers, callables and records
     "math": PUBLIC,                 # launch arithmetic: ceil, log2, sqrt of a scale
-    "functools": PUBLIC,            # lru_cache of a compiled kernel, partial, wraps (solutions 06/08/10)
+    "functools": PUBLIC,            # lru_cache of a compiled kernel, partial, wraps (06/08/10)
     "itertools": PUBLIC,            # products of autotuning configurations
     "operator": PUBLIC,             # mul, ge as functions (Liger)
     "typing": PUBLIC,               # annotations (Optional, Tuple: solutions, Liger)
@@ -69,14 +69,14 @@ DENIED = {
     "torch": {"load": "dynamic-code", "save": "file-write"},   # pickle in, pickle out
     "torch.ops": {"import_module": "modules"},                 # imports any module by name
     "torch.cuda": {**dict.fromkeys(
-        ("cudart", "caching_allocator_alloc", "caching_allocator_delete", "change_current_allocator",
-         "CUDAPluggableAllocator", "set_per_process_memory_fraction", "MemPool", "use_mem_pool",
-         "set_sync_debug_mode"), "intercept"),
+        ("cudart", "caching_allocator_alloc", "caching_allocator_delete",
+         "change_current_allocator", "CUDAPluggableAllocator", "set_per_process_memory_fraction",
+         "MemPool", "use_mem_pool", "set_sync_debug_mode"), "intercept"),
         **dict.fromkeys(("graph", "CUDAGraph", "make_graphed_callables"), "graph")},  # replays
     "torch.library": {"register_torch_dispatch": "intercept"},
     "triton.runtime.driver": {"set_active": "intercept", "reset_active": "intercept"},
     "triton.testing": {"set_gpu_clock": "threads", "nvsmi": "threads"},  # run nvidia-smi
-    "typing": {"get_type_hints": "dynamic-code"},              # evaluates string annotations
+    "typing": {"get_type_hints": "dynamic-code", "ForwardRef": "dynamic-code"},  # they eval
 }
 # public attributes of allowed modules that hold a module (not a submodule of theirs, not a
 # standard module): read from the installed torch and triton, checked by the tests
@@ -108,7 +108,8 @@ SUBMODULES = {m: frozenset(names.split()) for m, names in {
     "triton": "backends compiler errors experimental instrumentation knobs language plugins "
               "profiler runtime testing tools",
     "triton.language": "core extra math random semantic standard target_info",
-    "triton.language.extra": "cuda hip libdevice", "triton.language.extra.cuda": "gdc libdevice utils",
+    "triton.language.extra": "cuda hip libdevice",
+    "triton.language.extra.cuda": "gdc libdevice utils",
 }.items()}
 # public names of allowed modules that are functions although a module has the same name
 NOT_MODULES = {"torch": {"chunk", "select", "trace"}, "torch.autograd": {"gradcheck", "variable"}}

@@ -9,10 +9,13 @@ native code, runs Python, threads, processes or signals, and never hooks the pro
 """
 from __future__ import annotations
 
+import bisect
 import re
 
-TOKENS = re.compile(r"""(//[^\n]*|/\*.*?\*/)|(R"([^()\\\s]{0,16})\(.*?\)\3"|"(?:\\.|[^"\\\n])*"|"""
-                    r"""'(?:\\.|[^'\\\n])*')""", re.S)  # comments | raw, plain and char literals
+# comments | raw, plain and char literals; an unterminated comment or raw string runs to the end
+# of the file (as the compiler reads it), which also keeps the scan linear on one that never ends
+TOKENS = re.compile(r"""(//[^\n]*|/\*.*?(?:\*/|\Z))|(R"([^()\\\s]{0,16})\(.*?(?:\)\3"|\Z)|"""
+                    r""""(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')""", re.S)
 CALL = r"(?<![\w.>:])(?:std\s*::\s*|::\s*)?(?:{})\s*\("
 DEFINE = r"^[ \t]*#[ \t]*define[ \t]+\w+(?:\([^)\n]*\))?[ \t]+(?:{})\b"
 PROCESS = ("system|popen|fork|vfork|clone|clone3|execl|execlp|execle|execv|execvp|execvpe|execve|"
@@ -24,7 +27,8 @@ AT_CUDA_UTILS = ("philox|detail|getCurrent\\w*|getDevice\\w*|device_count|curren
                  "set_device|is_available|device_synchronize|stream_synchronize|warning_state")
 LIBS = "cublas|cudnn|cusparse|cufft|cusolver|cutensor|nccl"
 # CUDA runtime and driver entry points a file could define to stand in for the real ones
-API = r"(?:cuda|cu)(?:Event|Launch|Stream|Device|Malloc|Free|Memcpy|Memset|Graph|Func|Module|Ctx)\w*"
+API = (r"(?:cuda|cu)(?:Event|Launch|Stream|Device|Malloc|Free|Memcpy|Memset|Graph|Func|Module|"
+       r"Ctx)\w*")
 CPP_CODE = (  # (rule, substrings of which one must be present, then the regex that decides)
     ("aten-internal", ("native", "_ops", "redispatch", "composite"),
      r"\b(?:native|_ops|redispatch|compositeexplicitautograd\w*|compositeimplicitautograd)\b"),
@@ -37,8 +41,10 @@ CPP_CODE = (  # (rule, substrings of which one must be present, then the regex t
     ("library", ("curand", "cub", "thrust"),  # curand's host API; the device API is honest
      r"\bcurand(?:Create|Generate|Set|Destroy|Generator)\w*|"
      r"\bcub\s*::\s*Device\w+|\bthrust\s*::\s*(?!complex\b|pair\b|tuple\b)\w+\s*\("),
-    ("native", ("dl", "syscall", "nvrtc", "Load", "ProcAddress", "EntryPoint", "prot", "PROT"),
-     r"\b(?:dlopen|dlsym|dlmopen|dlvsym|dlinfo|dladdr|dl_iterate_phdr|syscall|nvrtc\w+|"
+    ("native", ("dl", "syscall", "nvrtc", "Load", "ProcAddress", "EntryPoint", "prot", "PROT",
+                "_GLOBAL_OFFSET_TABLE_"),
+     r"\b\w*?(?:dlopen|dlsym|dlmopen|dlvsym|dlinfo|dladdr|dl_open|dl_sym)\w*|"
+     r"\b(?:dl_iterate_phdr|syscall|nvrtc\w+|_GLOBAL_OFFSET_TABLE_|"
      r"cuModuleLoad\w*|cuLibraryLoad\w*|cudaLibraryLoad\w*|cuGetProcAddress\w*|"
      r"cudaGetDriverEntryPoint\w*|mprotect|pkey_mprotect|PROT_EXEC|PROT_WRITE)\b"),
     ("python", ("Py",), r"\bPy(?:[A-Z][A-Za-z]*)?_[A-Z]\w*\s*\("),
@@ -69,8 +75,11 @@ CPP_CODE = (  # (rule, substrings of which one must be present, then the regex t
      rf"\b{API}\s*\([^;{{)]*\)\s*(?:noexcept\s*)?\{{"),
     ("graph", ("Graph", "Capture"), r"\b(?:cudaGraph\w*|cuGraph\w*|cudaStreamBeginCapture\w*|"
                                     r"cudaStreamEndCapture|cuStreamBeginCapture\w*|CUDAGraph)\b"),
-    # token pasting, and a name split by a backslash-newline, can spell any name above
-    ("obfuscation", ("##", "\\\n", "\\\r"), r"##|\w\\\r?\n"),
+    ("introspection", ("__builtin_",), r"\b__builtin_(?:return|frame|extract_return)_addr\w*"),
+    # token pasting (## or its digraph %:%:, and %: for #), a name split by a backslash-newline,
+    # and a name spelt in universal character names (\u0063ublas) can spell any name above
+    ("obfuscation", ("##", "%:", "\\\n", "\\\r", "\\u", "\\U"),
+     r"##|%:|\w\\\r?\n|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8}"),
 )
 CPP_INCLUDES = (
     ("aten-internal", r"^ATen/native/|^ATen/(?:CPU|CUDA|Meta|Native|Redispatch|CompositeExplicit"
@@ -102,7 +111,8 @@ def review_cpp(data: bytes) -> list[tuple[int, str, str]]:
     no_comments = TOKENS.sub(lambda m: blank(m) if m[1] else m[0], text)
     code = TOKENS.sub(blank, no_comments)
     lines = text.splitlines()
-    line_of = lambda pos: text.count("\n", 0, pos) + 1  # noqa: E731
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    line_of = lambda pos: bisect.bisect_right(starts, pos)  # noqa: E731
     shown = lambda pos: lines[line_of(pos) - 1].strip()[:80] if lines else ""  # noqa: E731
     found = [(line_of(m.start()), rule, shown(m.start()))
              for rule, needs, pattern in CPP_CODE if any(n in code for n in needs)
@@ -128,7 +138,7 @@ def _strings(no_comments: str, code: str):
         if not m[2] or m[2].startswith("'"):
             continue
         body = m[2]
-        value = body[body.index("(") + 1:body.rindex(")")] if body.startswith("R") else body[1:-1]
+        value = body[body.find("(") + 1:body.rfind(")")] if body.startswith("R") else body[1:-1]
         if run and code[last_end:m.start()].strip() == "":
             run.append(value)
         else:

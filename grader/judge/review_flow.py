@@ -92,9 +92,21 @@ class Flow:
         self.values: dict[tuple, V] = {}
         self.ret_values: dict[int, V] = {}
         self.attr_values: dict[str, V] = {}
-        for node in ast.walk(tree):
-            for child in ast.iter_child_nodes(node):
+        self.children: dict[int, list] = {}  # id(node) -> its child nodes, listed once
+        stack = [tree]
+        while stack:
+            node = stack.pop()
+            kids = []
+            for field in node._fields:
+                v = getattr(node, field, None)
+                if isinstance(v, ast.AST):
+                    kids.append(v)
+                elif isinstance(v, list):
+                    kids += [x for x in v if isinstance(x, ast.AST)]
+            self.children[id(node)] = kids
+            for child in kids:
                 self.parent[id(child)] = node
+            stack += kids
         self.module = Scope(tree, "module", None)
         self.scopes[id(tree)] = self.module
         self._scan(tree, self.module)
@@ -163,7 +175,7 @@ class Flow:
             self.calls.append((node, scope))
         elif type(node).__name__ == "TypeAlias":  # 3.12: type X = ...
             self._target(node.name, "none", None, scope, scope)
-        for child in ast.iter_child_nodes(node):
+        for child in self.children[id(node)]:
             self._scan(child, scope, fn)
 
     def _new(self, node, kind, parent) -> Scope:

@@ -92,6 +92,8 @@ def judge_path(path: str):
             is_module = False
         elif (found := object_attr(part)) is not None:
             return (i, found[0], ".".join(parts[:i + 1])), False
+        elif part.startswith("_") and not _dunder(part) and not package:  # a library object's
+            return (i, "private", ".".join(parts[:i + 1])), False          # internals
     return None, is_module
 
 
@@ -111,14 +113,9 @@ def literal(node):
     '...'.join([...]) folded; None when it is computed."""
     if isinstance(node, ast.Constant):
         return node.value
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)):
-        a, b = literal(node.left), literal(node.right)
-        if isinstance(node.op, ast.Add):
-            return a + b if isinstance(a, str) and isinstance(b, str) else None
-        try:
-            return a % b if isinstance(a, str) and isinstance(b, (str, tuple)) else None
-        except (TypeError, ValueError):
-            return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):  # bounded by the source
+        a, b = literal(node.left), literal(node.right)  # (not `%`: "%0999999999d" % 1 is 1 GB)
+        return a + b if isinstance(a, str) and isinstance(b, str) else None
     if isinstance(node, ast.JoinedStr):
         parts = [literal(v.value if isinstance(v, ast.FormattedValue) else v) for v in node.values]
         return "".join(parts) if all(isinstance(p, str) for p in parts) else None

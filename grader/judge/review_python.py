@@ -39,14 +39,14 @@ class _Review:
         self.flow = Flow(tree, own, lambda p: rooted(p) and judge_path(p)[1])
         self.parent = self.flow.parent
         self.skip: set[int] = set()  # ids of constants not to read as code (docstrings, __main__)
+        self.checks: dict = {}  # node type -> its check (an on_<Type> method), looked up once
 
     def run(self):
-        for n in ast.walk(self.tree):
-            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                body = n.body
-                if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value,
-                                                                         ast.Constant):
-                    self.skip.add(id(body[0].value))  # a docstring does nothing
+        for n in [self.tree] + [self.flow.scopes[k].node for k in self.flow.scopes]:
+            body = getattr(n, "body", None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
+                    body[0].value, ast.Constant):
+                self.skip.add(id(body[0].value))  # a docstring does nothing
         for stmt in self.tree.body:
             if self._main_block(stmt):
                 continue  # never runs when the grader imports the file (unless __name__ is
@@ -92,10 +92,13 @@ class _Review:
 
     # --- the walk ---------------------------------------------------------------------------
     def visit(self, node):
-        check = getattr(self, "on_" + type(node).__name__, None)
+        kind = type(node)
+        if kind not in self.checks:
+            self.checks[kind] = getattr(self, "on_" + kind.__name__, None)
+        check = self.checks[kind]
         if check is not None and check(node) is False:
             return
-        for child in ast.iter_child_nodes(node):
+        for child in self.flow.children[id(node)]:
             self.visit(child)
 
     def on_Import(self, node):
@@ -160,8 +163,8 @@ class _Review:
                 isinstance(t, ast.Name) for t in (p.targets if isinstance(p, ast.Assign)
                                                   else [p.target])):
             return False
-        if isinstance(p, ast.Call) and p.args and p.args[0] is node and isinstance(p.func, ast.Name) \
-                and p.func.id in ("getattr", "hasattr", "dir"):
+        if isinstance(p, ast.Call) and p.args and p.args[0] is node and isinstance(
+                p.func, ast.Name) and p.func.id in ("getattr", "hasattr", "dir"):
             return False
         return True
 
