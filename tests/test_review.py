@@ -388,10 +388,36 @@ def test_undeclared_helpers_and_subfolders_are_read(tmp_path):
         "pkg/k.cuh:1: starts threads or processes (void f() { fork(); })"]
 
 
-def test_a_helper_module_re_exporting_torch_is_followed(tmp_path):
-    (tmp_path / "helper.py").write_text("import torch as t\n")
-    found = review(tmp_path, "import helper\nhelper.t.library.opcheck = None\n")
-    assert [(f.file, f.line, f.rule) for f in found] == [("sub.py", 2, "patch")]
+ACROSS_FILES = [  # (the track's other files, what sub.py does with them on line 2)
+    ({"helper.py": "import torch as t\n"}, "import helper\nhelper.t.library.opcheck = None"),
+    ({"helper.py": "import torch as t\nlib = t.library\n"}, "import helper\nhelper.lib.opcheck = 0"),
+    ({"pkg/__init__.py": "", "pkg/helper.py": "import torch\n"},
+     "from pkg.helper import torch as t\nt.library.opcheck = None"),
+    ({"pkg/__init__.py": "", "pkg/helper.py": "import torch\n"},
+     "import pkg.helper\npkg.helper.torch.library.opcheck = None"),
+    ({"helper.py": "import torch\n"}, "from helper import *\ntorch.library.opcheck = None"),
+    ({"helper.py": "import torch\ndef get():\n    return torch.cuda.Event\n"},
+     "import helper\nhelper.get().record = None"),
+    ({"helper.py": "import triton\n@triton.jit\ndef k(x):\n    pass\n"},
+     "from helper import k\nk.run = None"),
+]
+
+
+@pytest.mark.parametrize("others,source", ACROSS_FILES)
+def test_what_another_file_of_the_track_holds_is_followed(tmp_path, others, source):
+    for name, text in others.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = review(tmp_path, source)
+    assert [(f.file, f.line, f.rule) for f in found] == [("sub.py", 2, "patch")], found
+
+
+def test_the_files_own_classes_and_functions_across_files_are_its_own(tmp_path):
+    (tmp_path / "helper.py").write_text("import torch\nclass Config:\n    block = 64\n"
+                                        "def alloc(x):\n    return torch.empty_like(x)\n")
+    assert review(tmp_path, "import helper\nfrom helper import Config\nc = Config()\n"
+                            "c.block = 128\nh = helper.Config()\nh.block = 1\n"
+                            "helper.alloc.cache = {}\n") == []
 
 
 def test_a_cuda_tracks_extension_is_its_own_a_triton_track_may_not_import_it(tmp_path):

@@ -131,7 +131,7 @@ def _own_modules(folder: Path, names: list[str], extension: str | None) -> dict:
                     MAX_PY_BYTES else b""
             except OSError:
                 data = b""
-            own[stem] = module_aliases(data) if len(p.parts) == 1 or p.stem == "__init__" else {}
+            own[stem] = {**own.get(stem, {}), **module_aliases(data)}
             if len(p.parts) > 1 and p.parts[0].isidentifier():
                 own.setdefault(p.parts[0], {})  # a package of the track
     return own

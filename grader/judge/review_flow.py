@@ -142,6 +142,11 @@ class Flow:
             for a in node.names:
                 if a.name != "*":
                     scope.bind(a.asname or a.name.split(".")[0], "import", node, a)
+                elif isinstance(node, ast.ImportFrom) and node.module:  # from helper import *
+                    own = node.module.rsplit(".", 1)[-1]
+                    for name in self.own.get(own, {}) if (node.level or node.module.split(".")[
+                            0] in self.own) else ():
+                        scope.bind(name, "import", node, ast.alias(name=name))
         elif isinstance(node, ast.Assign):
             for t in node.targets:
                 self._target(t, "assign", node.value, scope, scope)
@@ -304,8 +309,17 @@ class Flow:
             if node.module is None:
                 return f"own:{alias.name}"  # from . import helper
             last = node.module.rsplit(".", 1)[-1]
-            return self.own.get(last, {}).get(alias.name)
+            return self._own(last, alias.name)
         return f"{node.module}.{alias.name}"
+
+    def _own(self, module: str, name: str) -> str | None:
+        """What `name` of the track's module `module` is, as a path a value may hold."""
+        alias = self.own.get(module, {}).get(name)
+        if alias is None:
+            return f"own:{name}" if name in self.own else None  # a module of a package
+        if alias == "own-def":
+            return f"own-def:{module}.{name}"  # what calling it returns is not followed
+        return None if alias == "own-class" else alias
 
     def _param(self, fn, where, name) -> V:
         a = fn.args
@@ -385,7 +399,9 @@ class Flow:
     def attribute(self, base: V, attr: str) -> V:
         if base.path:
             if base.path.startswith("own:"):  # a module of the track: what it imported as attr
-                return V(self.own.get(base.path[4:], {}).get(attr))
+                return V(self._own(base.path[4:], attr))
+            if base.path.startswith("own-def:"):
+                return NONE
             return V(f"{base.path}.{attr}")
         if base.holds:
             return V(None, base.holds)
@@ -422,8 +438,10 @@ class Flow:
             for d in own:
                 v = v | self.ret_values.get(id(d), NONE)
             return v | given
+        if fv.path and fv.path.startswith("own-def:"):  # another file's function: what it returns
+            return V(f"<what {fv.path[8:]}() returns>")  # is not followed; nothing may patch it
         if fv.path and fv.path.startswith("own:"):
-            return given  # a function of another file of the track (reviewed on its own)
+            return given
         if fv.path and not fv.path.startswith("<"):
             base = fv.path.rsplit(".", 1)[0]
             if self.is_module(base) or "." not in fv.path:

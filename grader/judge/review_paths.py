@@ -99,7 +99,7 @@ def judge_path(path: str):
 
 def rooted(path: str | None) -> bool:
     """A path that starts at an import (not an own object, a class or a decorator's product)."""
-    return bool(path) and not path.startswith(("<", "type(", "own:"))
+    return bool(path) and not path.startswith(("<", "type(", "own:", "own-def:"))
 
 
 def module_value(path: str | None) -> bool:

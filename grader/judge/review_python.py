@@ -188,7 +188,7 @@ class _Review:
         elif (found := object_attr(attr)) is not None:
             self.flag(node, found[0], f"{self.seg(node)}" if not setter else setter)
         if store and base.path:
-            what = base.path if not base.path.startswith("own:") else None
+            what = base.path if not base.path.startswith(("own:", "own-def:")) else None
             if what:
                 verb = "del " if isinstance(getattr(node, "ctx", None), ast.Del) else ""
                 self.flag(node, "patch", setter or f"{verb}{what}.{attr}" + ("" if verb else
@@ -205,7 +205,7 @@ class _Review:
     def on_Subscript(self, node):
         if not isinstance(node.ctx, ast.Load):
             base = self.value(node.value)
-            if base.path and not base.path.startswith("own:"):
+            if base.path and not base.path.startswith(("own:", "own-def:")):
                 self.flag(node, "patch", f"{base.path}[...] = ...")
 
     def on_Constant(self, node):
@@ -317,7 +317,7 @@ class _Review:
                 self.flag(node, "intercept", self.seg(node))
         if isinstance(f, ast.Attribute) and f.attr in allow.MUTATORS:
             base = self.value(f.value).path
-            if base and not base.startswith("own:"):
+            if base and not base.startswith(("own:", "own-def:")):
                 self.flag(node, "patch", f"{base}.{f.attr}(...)")
 
     def _nested(self, code: str, line: int):
@@ -352,8 +352,10 @@ def review_python(data: bytes, own: dict | None = None) -> list[tuple[int, str, 
 
 
 def module_aliases(data: bytes) -> dict[str, str]:
-    """What a module of the track imported at its top level (name -> dotted path), so that
-    another file reaching a name through it (helper.torch) is followed; {} if unreadable."""
+    """What a module of the track binds at its top level that another file may reach through it
+    (helper.torch, helper.lib, helper.kernel, helper.get()): name -> a dotted path it imported or
+    aliased, "own-def"/"own-class" for its functions and classes, "<k made by ...>" for a
+    decorated one; {} if unreadable (the file's own review says why)."""
     try:
         tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -366,4 +368,16 @@ def module_aliases(data: bytes) -> dict[str, str]:
         elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
             for a in n.names:
                 out[a.asname or a.name] = f"{n.module}.{a.name}"
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            plain = all(Flow._plain_decorator(d, None) for d in n.decorator_list)
+            out[n.name] = (("own-class" if isinstance(n, ast.ClassDef) else "own-def") if plain
+                           else f"<{n.name} made by a decorator>")
+        elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(
+                n.targets[0], ast.Name):
+            root, dotted = n.value, []
+            while isinstance(root, ast.Attribute):
+                dotted.insert(0, root.attr)
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in out and "own" not in out[root.id]:
+                out[n.targets[0].id] = ".".join([out[root.id], *dotted])
     return out
