@@ -388,6 +388,54 @@ def test_undeclared_helpers_and_subfolders_are_read(tmp_path):
         "pkg/k.cuh:1: starts threads or processes (void f() { fork(); })"]
 
 
+LAUNDERED = [  # a class the evidence rests on (torch.cuda.Event: the timer) patched on the last
+    #            line, after passing through what the review must follow
+    "try:\n    raise ValueError(E)\nexcept ValueError as e:\n    e.args[0].record = None",
+    "class Err(Exception):\n    def __init__(self, e):\n        self.e = e\ntry:\n"
+    "    raise Err(E)\nexcept Err as x:\n    x.e.record = None",
+    "def g():\n    yield E\nnext(g()).record = None",
+    "def g():\n    yield E\nfor e in g():\n    e.record = None",
+    "d = {'f': lambda: E}\nd['f']().record = None",
+    "def get():\n    return E\nf = get\nf().record = None",
+    "d = {'e': E}\nd.get('e').record = None",
+    "class H:\n    pass\nh = H()\nsetattr(h, 'e', E)\nh.e.record = None",
+    "class CM:\n    def __enter__(self):\n        return E\n    def __exit__(self, *a):\n"
+    "        pass\nwith CM() as e:\n    e.record = None",
+    "class It:\n    def __iter__(self):\n        return iter([E])\nfor e in It():\n"
+    "    e.record = None",
+    "class G:\n    def __getitem__(self, i):\n        return E\nG()[0].record = None",
+    "class P:\n    @property\n    def e(self):\n        return E\nP().e.record = None",
+    "class A:\n    def __getattr__(self, n):\n        return E\nA().anything.record = None",
+    "class C:\n    def __call__(self):\n        return E\nC()().record = None",
+    "class Box:\n    def __init__(self, e):\n        self.e = e\nBox(E).e.record = None",
+    "import functools\nf = functools.partial(lambda c: c, E)\nf().record = None",
+    "import operator\noperator.itemgetter(0)([E]).record = None",
+    "import functools\nfunctools.reduce(lambda a, b: b, [E]).record = None",
+    "[*[E]][0].record = None",
+    "{**{'a': E}}['a'].record = None",
+    "match E:\n    case e:\n        e.record = None",
+    "async def get():\n    return E\nasync def main():\n    (await get()).record = None",
+    "import typing\ntyping.cast(typing.Any, E).record = None",
+    "x = sorted([E], key=str)[0]\nx.record = None",
+    "x = list(map(lambda c: c, [E]))[0]\nx.record = None",
+    "x = min([E], key=str)\nx.record = None",
+    "def f():\n    global g\n    g = E\ndef h():\n    g.record = None",
+    "def outer():\n    e = E\n    def inner():\n        e.record = None\n    return inner",
+    "def f(e=E):\n    e.record = None",
+    "def f(*a):\n    a[0].record = None\nf(E)",
+    "def f(**k):\n    k['e'].record = None\nf(e=E)",
+    "xs = []\nxs.append(E)\nxs[0].record = None",
+]
+
+
+@pytest.mark.parametrize("source", LAUNDERED)
+def test_a_patch_through_a_laundered_value_is_flagged(tmp_path, source):
+    text = "import torch\nE = torch.cuda.Event\n" + source + "\n"
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if ".record = None" in s)
+    found = review(tmp_path, text)
+    assert any(f.line == line and f.rule == "patch" for f in found), [str(f) for f in found]
+
+
 ACROSS_FILES = [  # (the track's other files, what sub.py does with them on line 2)
     ({"helper.py": "import torch as t\n"}, "import helper\nhelper.t.library.opcheck = None"),
     ({"helper.py": "import torch as t\nlib = t.library\n"}, "import helper\nhelper.lib.opcheck = 0"),

@@ -34,6 +34,15 @@ SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.L
 ITEM = {"next", "min", "max", "sum", "functools.reduce", "typing.cast"}
 CONTAINER = {"list", "tuple", "set", "frozenset", "dict", "sorted", "reversed", "iter", "zip",
              "enumerate", "filter", "map"}
+# functions of allowed modules that return a callable holding what they are given
+WRAPPERS = {"functools.partial", "functools.partialmethod", "functools.lru_cache", "functools.cache"}
+
+
+def _dotted(node) -> bool:
+    """Whether a callee is a plain dotted name (torch.cuda.Event), not an expression's value."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 class Scope:
@@ -89,6 +98,8 @@ class Flow:
         self.returns: dict[int, list] = {}    # id(def) -> [(expression, scope)]
         self.attr_stores: list = []           # (attribute name, how, expression, scope)
         self.item_stores: list = []           # (name, expression, its scope, the name's scope)
+        self.raises: list = []                # (raised expression, scope)
+        self.raised = NONE                    # what an exception caught anywhere may carry
         self.values: dict[tuple, V] = {}
         self.ret_values: dict[int, V] = {}
         self.attr_values: dict[str, V] = {}
@@ -157,14 +168,16 @@ class Flow:
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             self._target(node.target, "iter", node.iter, scope, scope)
         elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-            self._target(node.optional_vars, "assign", node.context_expr, scope, scope)
+            self._target(node.optional_vars, "with", node.context_expr, scope, scope)
         elif isinstance(node, ast.NamedExpr):
             s = scope
             while s.kind == "comprehension":
                 s = s.parent
             self._target(node.target, "assign", node.value, scope, s)
         elif isinstance(node, ast.ExceptHandler) and node.name:
-            scope.bind(node.name, "none")
+            scope.bind(node.name, "raised")  # what any `raise` of the file carried
+        elif isinstance(node, ast.Raise) and node.exc is not None:
+            self.raises.append((node.exc, scope))
         elif isinstance(node, ast.Delete):
             for t in node.targets:
                 self._target(t, "none", None, scope, scope)
@@ -176,8 +189,18 @@ class Flow:
                         scope.bind(name, "match", node.subject, scope)
         elif isinstance(node, ast.Return) and fn is not None and node.value is not None:
             self.returns.setdefault(id(fn), []).append((node.value, scope))
+        elif isinstance(node, (ast.Yield, ast.YieldFrom)) and fn is not None and node.value:
+            self.returns.setdefault(id(fn), []).append((node, scope))  # a generator holds it
         elif isinstance(node, ast.Call):
             self.calls.append((node, scope))
+            if isinstance(node.func, ast.Name) and node.func.id == "setattr" and len(
+                    node.args) == 3 and isinstance(name := literal(node.args[1]), str):
+                self.attr_stores.append((name, "assign", node.args[2], scope))
+            f = node.func  # xs.append(v), d.update(k=v): the container holds v
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr in (
+                    "append", "extend", "insert", "add", "update", "setdefault", "__setitem__"):
+                for arg in node.args + [k.value for k in node.keywords]:
+                    self.item_stores.append((f.value.id, arg, scope, scope))
         elif type(node).__name__ == "TypeAlias":  # 3.12: type X = ...
             self._target(node.name, "none", None, scope, scope)
         for child in self.children[id(node)]:
@@ -264,8 +287,19 @@ class Flow:
             for key, rets in self.returns.items():
                 v = NONE
                 for expr, where in rets:
-                    v = v | self.value(expr, where)
+                    if isinstance(expr, (ast.Yield, ast.YieldFrom)):
+                        r = self.value(expr.value, where)
+                        r = r.element() if isinstance(expr, ast.YieldFrom) else r
+                        v = v | V(None, r.path or r.holds)
+                    else:
+                        v = v | self.value(expr, where)
                 self.ret_values[key] = v
+            raised = NONE
+            for expr, where in self.raises:
+                for e in (expr.args + [k.value for k in expr.keywords]
+                          if isinstance(expr, ast.Call) else [expr]):
+                    raised = raised | self.value(e, where)
+            self.raised = V(None, raised.path or raised.holds)
             for attr, how, expr, where in self.attr_stores:
                 v = self.value(expr, where)
                 self.attr_values[attr] = self.attr_values.get(attr, NONE) | (
@@ -289,11 +323,19 @@ class Flow:
             return NONE
         if how == "param":
             return self._param(expr, where, name)
-        if how in ("def", "class", "none") or expr is None:
+        if how == "def":  # a function holds what it returns (f = get; f().x)
+            r = self.ret_values.get(id(expr), NONE)
+            return V(None, r.path or r.holds)
+        if how == "raised":
+            return self.raised
+        if how in ("class", "none") or expr is None:
             return NONE
         v = self.value(expr, where)
-        if how == "iter":
-            return v.element()
+        if how == "iter":  # what iterating gives, through the file's own __iter__ and __next__
+            return v.element() | self._rets("__next__") | self._rets("__getitem__") | self._rets(
+                "__iter__").element()
+        if how == "with":
+            return v | self._rets("__enter__") | self._rets("__aenter__")
         if how == "match":
             return v | v.element()
         return v
@@ -330,8 +372,8 @@ class Flow:
         if name in defaults:
             v = v | self.value(defaults[name], where)
         for call, scope in self.callsites.get(id(fn), ()):
-            shift = 1 if (isinstance(call.func, ast.Attribute) and params and params[0] in
-                          ("self", "cls")) else 0
+            shift = 1 if params and params[0] in ("self", "cls") and (
+                isinstance(call.func, ast.Attribute) or getattr(fn, "name", "") == "__init__") else 0
             given = []
             for i, arg in enumerate(call.args):
                 if isinstance(arg, ast.Starred):
@@ -340,8 +382,11 @@ class Flow:
                     given.append((params[i + shift], arg))
                 elif a.vararg:
                     given.append((a.vararg.arg, arg))
-            for k in call.keywords:
-                given += [(k.arg, k.value)] if k.arg else [(name, k.value)]
+            kwarg = getattr(a.kwarg, "arg", None)
+            names = set(params) | {p.arg for p in a.kwonlyargs}
+            for k in call.keywords:  # f(e=v) into **k, f(**d) into every parameter
+                given += [(k.arg if k.arg in names or not kwarg else kwarg, k.value)] if k.arg \
+                    else [(name, k.value)]
             for p, arg in given:
                 if p == name:
                     av = self.value(arg, scope)
@@ -349,16 +394,30 @@ class Flow:
                         getattr(a.vararg, "arg", None), getattr(a.kwarg, "arg", None)) else av)
         return v
 
+    def _rets(self, name: str) -> V:
+        """What the file's own functions of that name return (a protocol's __enter__, ...)."""
+        v = NONE
+        for d in self.defs.get(name, ()):
+            v = v | self.ret_values.get(id(d), NONE)
+        return v
+
     def _callees(self, func, scope) -> list:
-        """The file's own functions a call may call (by name, a method by its name, a lambda)."""
+        """The file's own functions a call may call (by name, a method by its name, a lambda, a
+        class's __init__)."""
         if isinstance(func, ast.Lambda):
             return [func]
         if isinstance(func, ast.Name):
             s = scope.resolve_scope(func.id)
             if s is None:
                 return []
-            return [e for how, e, _ in s.bindings.get(func.id, ())
-                    if how in ("def", "made") or how == "assign" and isinstance(e, ast.Lambda)]
+            out = []
+            for how, e, _ in s.bindings.get(func.id, ()):
+                if how in ("def", "made") or how == "assign" and isinstance(e, ast.Lambda):
+                    out.append(e)
+                elif how == "class":
+                    out += [d for d in e.body if isinstance(d, ast.FunctionDef)
+                            and d.name == "__init__"]
+            return out
         if isinstance(func, ast.Attribute):
             return self.defs.get(func.attr, [])
         return []
@@ -371,7 +430,10 @@ class Flow:
         if isinstance(node, ast.Attribute):
             return self.attribute(self.value(node.value, scope), node.attr)
         if isinstance(node, ast.Subscript):
-            return self.value(node.value, scope).element()
+            return self.value(node.value, scope).element() | self._rets("__getitem__")
+        if isinstance(node, ast.Lambda):  # a function holds what it returns
+            r = self.ret_values.get(id(node), NONE)
+            return V(None, r.path or r.holds)
         if isinstance(node, ast.Call):
             return self._call(node, scope)
         if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
@@ -403,9 +465,12 @@ class Flow:
             if base.path.startswith("own-def:"):
                 return NONE
             return V(f"{base.path}.{attr}")
+        own = self.attr_values.get(attr, NONE) | self._rets(attr) | self._rets("__getattr__")
         if base.holds:
-            return V(None, base.holds)
-        return self.attr_values.get(attr, NONE)  # an attribute of the file's own objects
+            return V(None, base.holds) | own
+        # an attribute of the file's own objects: what was stored there, a property's value, what
+        # its own __getattr__ returns
+        return own
 
     def _call(self, node: ast.Call, scope) -> V:
         f = node.func
@@ -442,13 +507,21 @@ class Flow:
             return V(f"<what {fv.path[8:]}() returns>")  # is not followed; nothing may patch it
         if fv.path and fv.path.startswith("own:"):
             return given
-        if fv.path and not fv.path.startswith("<"):
+        if fv.path in WRAPPERS:  # functools.partial(f, x): a callable holding what f returns
+            return V(None, given.path or given.holds)
+        if fv.path and not fv.path.startswith("<") and _dotted(f):
             base = fv.path.rsplit(".", 1)[0]
             if self.is_module(base) or "." not in fv.path:
-                return NONE  # a library's function or class: a new object
+                return NONE  # a library's function or class, called by its name: a new object
             return V(None, fv.path + "()")  # a method of a foreign object: what it may hold
-        if fv.path or fv.holds:
-            return V(None, fv.path or fv.holds)
+        if fv.path and not fv.path.startswith("<"):  # a callable taken out of a container or a
+            return V(fv.path, fv.path)                # call: it may be what it returns
+        if fv.path:  # what a decorator made (a launch, a warmed-up kernel): what it may hold
+            return V(None, fv.path)
+        if fv.holds:  # a function held by a container, returning what it holds
+            return V(fv.holds, fv.holds)
         if isinstance(f, ast.Attribute):  # a method of a tensor or other local: it may hold
             return V(None, given.path or given.holds)  # what it is given (x.to(torch.float16))
-        return V(given.path or given.holds, given.holds)  # an unknown callable: may return it
+        # an unknown callable (a parameter, a call's result): may return what it is given, or
+        # what the file's own __call__ returns
+        return V(given.path or given.holds, given.holds) | self._rets("__call__")
