@@ -29,10 +29,10 @@ from grader.judge.review_python import module_aliases, review_python
 PY = (".py",)
 CPP = (".cpp", ".cc", ".cxx", ".cu", ".h", ".hh", ".hpp", ".cuh", ".inl")
 BINARY = (".so", ".pyd", ".pyc", ".pyo", ".dylib", ".dll")  # code Python or the loader can run
-# bounds on what one review reads, so that no track makes the judge wait (a Python file costs
-# ~0.15 s per 10 KB to follow, C++ ~0.05 s per 10 KB; honest tracks are under 200 KB in all and
-# their largest file ~50 KB): what lies beyond them is a finding, "was not reviewed"
-MAX_BYTES, MAX_PY_BYTES, MAX_TOTAL = 1_000_000, 256_000, 2_000_000
+# bounds on what one review reads, so that no track makes the judge wait long (an adversarial
+# Python file costs up to ~0.3 s per 10 KB to follow, C++ ~0.05 s; honest tracks are under
+# 200 KB in all and their largest file ~50 KB): what lies beyond is a finding, "was not reviewed"
+MAX_BYTES, MAX_PY_BYTES, MAX_TOTAL = 1_000_000, 200_000, 1_000_000
 MAX_FILES, MAX_DEPTH, MAX_PER_FILE = 100, 4, 40
 EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
 

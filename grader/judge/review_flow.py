@@ -34,6 +34,12 @@ SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.L
 ITEM = {"next", "min", "max", "sum", "functools.reduce", "typing.cast"}
 CONTAINER = {"list", "tuple", "set", "frozenset", "dict", "sorted", "reversed", "iter", "zip",
              "enumerate", "filter", "map"}
+# the nodes _scan looks at (the rest it only walks through)
+BINDERS = {getattr(ast, n) for n in (
+    "FunctionDef AsyncFunctionDef Lambda ClassDef ListComp SetComp DictComp GeneratorExp Global "
+    "Nonlocal Import ImportFrom Assign AnnAssign AugAssign For AsyncFor withitem NamedExpr "
+    "ExceptHandler Delete Match Return Yield YieldFrom Call Raise TypeAlias").split()
+    if hasattr(ast, n)}
 # functions of allowed modules that return a callable holding what they are given
 WRAPPERS = {"functools.partial", "functools.partialmethod", "functools.lru_cache", "functools.cache"}
 
@@ -111,7 +117,9 @@ class Flow:
             for field in node._fields:
                 v = getattr(node, field, None)
                 if isinstance(v, ast.AST):
-                    kids.append(v)
+                    if not isinstance(v, (ast.expr_context, ast.operator, ast.cmpop,
+                                          ast.unaryop, ast.boolop)):  # shared singletons
+                        kids.append(v)
                 elif isinstance(v, list):
                     kids += [x for x in v if isinstance(x, ast.AST)]
             self.children[id(node)] = kids
@@ -126,6 +134,10 @@ class Flow:
     # --- scopes and bindings ------------------------------------------------------------------
     def _scan(self, node, scope: Scope, fn=None):
         self.scope_of[id(node)] = scope
+        if type(node) not in BINDERS:  # most nodes bind nothing: their children, at once
+            for child in self.children[id(node)]:
+                self._scan(child, scope, fn)
+            return
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return self._function(node, scope)
         if isinstance(node, ast.ClassDef):
