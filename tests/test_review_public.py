@@ -4,9 +4,11 @@ tests/public_kernels/06_rmsnorm's), kernels in the manner of the Triton tutorial
 layer norm, matmul, fused attention: tests/public_kernels/), the public-style fixtures, and a file
 of every odd statement Python 3.10-3.12 allows. Review only: static, no grading. The allowlist's
 tables of the installed torch and triton are checked against the packages themselves."""
+import ast
 import importlib
 import importlib.util
 import shutil
+import sys
 import types
 from pathlib import Path
 
@@ -76,10 +78,23 @@ def test_liger_kernels_as_installed_are_not_flagged(tmp_path, source):
         assert "with device_context" in (track / f"liger_{source}").read_text()
 
 
-def test_odd_but_honest_python_is_not_flagged(tmp_path):
-    shutil.copy(TESTS / "review_fixtures" / "honest" / "odd_syntax.py", tmp_path / "op.py")
+ODD = ["odd_syntax.py"] + (["odd_syntax_312.py"] if sys.version_info >= (3, 12) else [])
+
+
+@pytest.mark.parametrize("name", ODD)
+def test_odd_but_honest_python_is_not_flagged(tmp_path, name):
+    shutil.copy(TESTS / "review_fixtures" / "honest" / name, tmp_path / "op.py")
     found = review_track(tmp_path, ["op.py"])
     assert found == [], [str(f) for f in found]
+
+
+def test_the_odd_files_hold_every_kind_of_statement_expression_and_pattern():
+    """So that the test above reads all of this Python's grammar (3.12's type statements and
+    parameters where it runs on 3.12)."""
+    trees = [ast.parse((TESTS / "review_fixtures" / "honest" / n).read_text()) for n in ODD]
+    seen = {type(n) for t in trees for n in ast.walk(t)}
+    kinds = {c for base in (ast.stmt, ast.expr, ast.pattern) for c in base.__subclasses__()}
+    assert not {c.__name__ for c in kinds - seen}
 
 
 # --- the allowlist's tables, against the installed packages ------------------------------------

@@ -27,6 +27,11 @@ MODULES: dict[str, frozenset | None] = {
     "dataclasses": PUBLIC,          # a record of launch parameters
     "struct": PUBLIC,               # the bits of a float constant (solution 10)
     "warnings": frozenset({"warn"}),  # telling the caller about a slow path
+    # a cache of compiled kernels, a record, a context for the device (Liger), a choice of
+    # algorithm: named, pure helpers, and nothing else of their modules
+    "collections": frozenset({"namedtuple", "OrderedDict", "defaultdict", "deque", "Counter"}),
+    "contextlib": frozenset({"contextmanager", "nullcontext"}),
+    "enum": frozenset({"Enum", "IntEnum", "auto"}), "abc": frozenset({"ABC", "abstractmethod"}),
     # reading the environment (TRITON_INTERPRET; the fused-attention tutorial reads
     # PYTEST_VERSION) and joining paths; nothing else of os, and no write to os.environ
     "os": frozenset({"environ", "getenv", "path"}),

@@ -10,7 +10,10 @@ environment, and a `__main__` block (which never runs when the grader imports th
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
+import enum
 import functools
 import itertools
 import math
@@ -138,7 +141,7 @@ def block_for(n: int) -> int:
 def everything(items: list[int], table: dict[str, int], *rest, **options) -> Optional[int]:
     squares = [i * i for i in items if i % 2 for _ in range(1)]
     nested = [[a * b for b in items] for a in items]
-    evens = {i for i in items if not i & 1}
+    evens = {i for i in items if not i & 1} | {-1, +2, ~3}
     inverse = {v: k for k, v in table.items()}
     lazy = (i for i in items)
     first, *middle, last = items or [0, 0]
@@ -171,6 +174,8 @@ def everything(items: list[int], table: dict[str, int], *rest, **options) -> Opt
     match items:
         case []:
             return None
+        case None:
+            return 0
         case [one]:
             return one
         case [0, *others] if others:
@@ -230,3 +235,20 @@ if __name__ == "__main__":
     import time
     t = time.perf_counter()
     print(scale(torch.ones(4)), sys.argv, time.perf_counter() - t)
+
+
+class Mode(enum.Enum):
+    FAST = enum.auto()
+
+
+Record = collections.namedtuple("Record", ["block", "warps"])
+CACHE: collections.OrderedDict = collections.OrderedDict()
+
+
+@contextlib.contextmanager
+def on_device(device):
+    yield device
+
+
+with contextlib.nullcontext(), on_device(None):
+    pass
