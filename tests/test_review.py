@@ -113,6 +113,10 @@ PYTHON = [
      "caching_allocator_alloc"),
     ("import triton\ntriton.knobs.runtime.launch_enter_hook = None", 2, "intercept", "triton.knobs"),
     ("import torch\ng = torch.cuda.CUDAGraph()", 2, "graph", "CUDAGraph"),
+    ("import torch\ns = torch.cuda.Stream()", 2, "stream", "torch.cuda.Stream"),
+    ("import torch\nt = torch.from_file('r.jsonl', shared=True, size=8)", 2, "file-write",
+     "torch.from_file"),
+    ("import torch\nt = torch.UntypedStorage.from_file('x', True, 8)", 2, "file-write", "from_file"),
     ("from os import *", 1, "obfuscation", "from os import *"),
     ("from torch import *", 1, "obfuscation", "from torch import *"),
     ("exec = print", 1, "obfuscation", "rebinds exec"),
@@ -280,6 +284,10 @@ CPP = [
     ('void* h = __libc_dlopen_mode("x", 1);', 1, "native", "__libc_dlopen_mode"),
     ("extern void* _GLOBAL_OFFSET_TABLE_[];", 1, "native", "_GLOBAL_OFFSET_TABLE_"),
     ("void* r = __builtin_return_address(0);", 1, "introspection", "__builtin_return_address"),
+    ('asm volatile("movq %%rsp, %0" : "=r"(sp));', 1, "native", "%rsp"),
+    ('setenv("CUDA_LAUNCH_BLOCKING", "1", 1);', 1, "file-write", "setenv"),
+    ("cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);", 1, "stream", "cudaStreamCreate"),
+    ("auto s = at::cuda::getStreamFromPool();", 1, "stream", "getStreamFromPool"),
 ]
 
 

@@ -28,7 +28,8 @@ from grader.judge.review_python import module_aliases, review_python
 
 PY = (".py",)
 CPP = (".cpp", ".cc", ".cxx", ".cu", ".h", ".hh", ".hpp", ".cuh", ".inl")
-BINARY = (".so", ".pyd", ".pyc", ".pyo", ".dylib", ".dll")  # code Python or the loader can run
+# code Python, the loader or the driver can run (a cubin dropped into Triton's cache runs too)
+BINARY = (".so", ".pyd", ".pyc", ".pyo", ".dylib", ".dll", ".cubin", ".fatbin", ".hsaco")
 # bounds on what one review reads, so that no track makes the judge wait long (an adversarial
 # Python file costs up to ~0.3 s per 10 KB to follow, C++ ~0.05 s; honest tracks are under
 # 200 KB in all and their largest file ~50 KB): what lies beyond is a finding, "was not reviewed"
@@ -52,6 +53,7 @@ WHAT = {
     "file-write": "uses files or the operating system",
     "intercept": "hooks into PyTorch's or Triton's dispatch, profiler, launcher or allocator",
     "graph": "captures or replays a CUDA graph",
+    "stream": "runs work on a stream of its own, past the one the judge times",
     "aten-internal": "calls ATen's implementations directly, past the dispatcher the profiler sees",
     "library": "calls a vendor library instead of its own kernel",
     "python": "runs Python or TorchScript from C++",

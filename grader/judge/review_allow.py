@@ -71,13 +71,16 @@ ROOTS = {m.split(".")[0] for m in MODULES} | set(PACKAGES)
 
 # names of allowed modules that an honest kernel never needs, and what they do
 DENIED = {
-    "torch": {"load": "dynamic-code", "save": "file-write"},   # pickle in, pickle out
+    "torch": {"load": "dynamic-code", "save": "file-write",    # pickle in, pickle out
+              "from_file": "file-write"},                       # a file mapped as a tensor
     "torch.ops": {"import_module": "modules"},                 # imports any module by name
     "torch.cuda": {**dict.fromkeys(
         ("cudart", "caching_allocator_alloc", "caching_allocator_delete",
          "change_current_allocator", "CUDAPluggableAllocator", "set_per_process_memory_fraction",
          "MemPool", "use_mem_pool", "set_sync_debug_mode"), "intercept"),
-        **dict.fromkeys(("graph", "CUDAGraph", "make_graphed_callables"), "graph")},  # replays
+        **dict.fromkeys(("graph", "CUDAGraph", "make_graphed_callables"), "graph"),  # replays
+        # work on a stream of its own, past the one the judge times and synchronizes
+        **dict.fromkeys(("Stream", "stream", "set_stream", "ExternalStream"), "stream")},
     "torch.library": {"register_torch_dispatch": "intercept"},
     "triton.runtime.driver": {"set_active": "intercept", "reset_active": "intercept"},
     "triton.testing": {"set_gpu_clock": "threads", "nvsmi": "threads"},  # run nvidia-smi
@@ -171,7 +174,7 @@ GADGETS = frozenset({
     "mmap", "fcntl", "pty", "shutil", "io", "_io", "codecs", "base64", "zlib", "lzma", "bz2",
     "gzip", "binascii", "weakref", "dis", "sysconfig", "site", "tracemalloc", "cffi", "_imp",
     "asyncio", "concurrent", "grader", "__main__", "profiler", "knobs", "_C", "py_impl",
-    "py_kernels", "load_binary"})
+    "py_kernels", "load_binary", "from_file"})
 # methods that change the object they are called on (flagged on a foreign object)
 MUTATORS = frozenset({"update", "setdefault", "pop", "popitem", "clear", "append", "extend",
                       "insert", "remove", "discard", "__setitem__", "__delitem__", "putenv"})
@@ -205,7 +208,8 @@ KINDS = (
     ("dynamic-code", ("marshal", "pickle", "_pickle", "dill", "cloudpickle", "copyreg", "base64",
                       "binascii", "zlib", "lzma", "bz2", "gzip", "codecs", "code", "codeop",
                       "torch.load", "typing.get_type_hints")),
-    ("file-write", ("shutil", "tempfile", "pathlib", "io", "_io", "mmap", "fcntl", "os.open",
+    ("file-write", ("shutil", "tempfile", "pathlib", "io", "_io", "mmap", "fcntl", "from_file",
+                    "os.open",
                     "os.remove", "os.unlink", "os.rename", "os.replace", "os.write", "os.truncate",
                     "os.chmod", "os.symlink", "os.link", "os.mkdir", "os.makedirs", "torch.save")),
     ("intercept", ("torch.profiler", "torch.autograd.profiler", "torch.autograd.profiler_util",

@@ -21,7 +21,8 @@ DEFINE = r"^[ \t]*#[ \t]*define[ \t]+\w+(?:\([^)\n]*\))?[ \t]+(?:{})\b"
 PROCESS = ("system|popen|fork|vfork|clone|clone3|execl|execlp|execle|execv|execvp|execvpe|execve|"
            "fexecve|execveat|posix_spawnp?")
 SIGNAL = "kill|killpg|tgkill|tkill|signal|sigaction|sigqueue|raise|abort|pthread_kill"
-FILES = ("fopen|freopen|fdopen|open|openat|creat|unlink|unlinkat|rename|truncate|"
+FILES = ("fopen|freopen|fdopen|open|openat|creat|unlink|unlinkat|rename|truncate|setenv|putenv|"
+         "unsetenv|"
          "ftruncate|process_vm_readv|process_vm_writev|ptrace")
 AT_CUDA_UTILS = ("philox|detail|getCurrent\\w*|getDevice\\w*|device_count|current_device|"
                  "set_device|is_available|device_synchronize|stream_synchronize|warning_state")
@@ -55,7 +56,7 @@ CPP_CODE = (  # (rule, substrings of which one must be present, then the regex t
     ("threads", ("pthread_create", "system", "popen", "fork", "exec", "posix_spawn", "clone"),
      rf"\bpthread_create\b|{CALL.format(PROCESS)}|{DEFINE.format(PROCESS)}"),
     ("signals", tuple(SIGNAL.split("|")), rf"{CALL.format(SIGNAL)}|{DEFINE.format(SIGNAL)}"),
-    ("file-write", ("open", "creat", "unlink", "rename", "trunc", "process_vm", "ptrace",
+    ("file-write", ("open", "creat", "unlink", "rename", "trunc", "process_vm", "ptrace", "env",
                     "fstream"),
      rf"{CALL.format(FILES)}|{DEFINE.format(FILES)}|\bstd\s*::\s*(?:i|o)?fstream\b"),
     ("intercept", ("TORCH_LIBRARY",),  # registering into PyTorch's own namespaces
@@ -73,6 +74,8 @@ CPP_CODE = (  # (rule, substrings of which one must be present, then the regex t
      r"\[\[\s*gnu\s*::\s*(?:weak|alias|ifunc|section|constructor|destructor)"),
     ("intercept", ("cu",),  # a definition of the runtime's own entry point shadows it
      rf"\b{API}\s*\([^;{{)]*\)\s*(?:noexcept\s*)?\{{"),
+    ("stream", ("StreamCreate", "FromPool", "cuStreamCreate"),  # a stream of its own
+     r"\b(?:cudaStreamCreate\w*|cuStreamCreate\w*|getStreamFromPool|getStreamFromExternal)\b"),
     ("graph", ("Graph", "Capture"), r"\b(?:cudaGraph\w*|cuGraph\w*|cudaStreamBeginCapture\w*|"
                                     r"cudaStreamEndCapture|cuStreamBeginCapture\w*|CUDAGraph)\b"),
     ("introspection", ("__builtin_",), r"\b__builtin_(?:return|frame|extract_return)_addr\w*"),
@@ -98,7 +101,9 @@ STRINGS = (  # what a string literal (adjacent ones joined) must not name
     ("proc", r"/proc(?:/|$)"),
     ("intercept", r"^(?:aten|prims?)(?:::.*)?$"),
     ("library", rf"\b(?:{LIBS}|curand)[A-Z_]\w*|\blib(?:{LIBS}|curand)\b"),
-    ("native", r"\bsyscall\b|\bint\s+\$?0x80\b|\bsysenter\b"),
+    # host assembly: a system call, or x86 registers (PTX's are %r1, %rd1, %f1, ...)
+    ("native", r"\bsyscall\b|\bint\s+\$?0x80\b|\bsysenter\b|"
+               r"%%?(?:r[a-d]x|r[sd]i|rsp|rbp|rip|e[a-d]x|[re]flags)\b"),
     ("python", r"^(?:__\w+__|grader(?:\..*)?|sys|os|gc|builtins|inspect|importlib|ctypes|"
                r"f_back|f_globals|modules)$"),
 )

@@ -1,5 +1,5 @@
-"""Work on another thread or process, signals to the judge, /proc, files, ctypes, the
-environment rewritten."""
+"""Work on another thread, process or stream, signals to the judge, /proc, files (one mapped as
+a tensor), ctypes, the environment rewritten."""
 import ctypes  # review: native
 import os
 import signal  # review: signals
@@ -17,3 +17,7 @@ libc = ctypes.CDLL(None)  # review: native
 worker = threading.Thread(target=time.sleep, args=(1,))  # review: threads
 out = torch.multiprocessing.get_context("spawn")  # review: threads
 job = torch.jit.fork(print)  # review: threads
+side = torch.cuda.Stream()  # review: stream
+with torch.cuda.stream(side):  # review: stream
+    pass
+forged = torch.from_file("/tmp/grader-results.jsonl", shared=True, size=64)  # review: file-write
