@@ -45,8 +45,13 @@ PYTHON = [
     ("import __main__", 1, "main", "import __main__"),
     ("m = __import__('__main__')", 1, "dynamic-code", "__import__"),
     ("import torch\nx = getattr(torch, 'o' + 's')", 2, "modules", "torch.os"),
-    ("import torch\nname = 'x'\nf = getattr(torch, name)", 3, "dynamic-name", "getattr(torch, name)"),
-    ("import torch\nn = 'x'\nsetattr(torch, n, 1)", 3, "dynamic-name", "setattr(torch, n, 1)"),
+    ("import torch\ndef f(name):\n    return getattr(torch, name)", 3, "dynamic-name",
+     "getattr(torch, name)"),
+    ("import torch\nfor n in ['a', 'b']:\n    setattr(torch, n, 1)", 3, "dynamic-name",
+     "setattr(torch, n, 1)"),
+    ("import torch\nname = 'o' + 's'\nf = getattr(torch, name)", 3, "modules", "torch.os"),
+    ("import torch\nNS = 'aten'\ntorch.library.impl(f'{NS}::add', 'CPU')", 3, "intercept",
+     "torch.library.impl"),
     ("x = getattr\n", 1, "dynamic-name", "getattr used as a value"),
     ("exec('x = 1')", 1, "dynamic-code", "exec"),
     ("y = 1\nexec('import os\\nos.kill(1, 9)')", 2, "signals", "in exec'd code: os.kill"),
@@ -158,6 +163,8 @@ def test_comments_docstrings_and_honest_lookalikes_are_not_flagged(tmp_path):
         import triton.language as tl
         from torch.library import triton_op, wrap_triton
 
+        NAMESPACE = "ex06"
+        FP8 = "float8_e5m2"
         DTYPES = {torch.float32: tl.float32}
         DTYPES[torch.float16] = tl.float16      # an own dict holding foreign values
         INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -183,6 +190,12 @@ def test_comments_docstrings_and_honest_lookalikes_are_not_flagged(tmp_path):
         z = torch.ones(2).to(torch.float16)
         z.requires_grad = False                  # a tensor of its own
         ok = hasattr(torch.ops.ex06_cuda, "rmsnorm_fwd")
+        fp8 = getattr(torch, FP8, None)           # a name bound to a string, and nothing else
+
+
+        @torch.library.custom_op(f"{NAMESPACE}::twice", mutates_args=())
+        def twice(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
         if __name__ == "__main__":              # never runs when the grader imports the file
             import sys
             print(triton.cdiv(10, 3), sys.argv)

@@ -90,6 +90,24 @@ class _Review:
     def value(self, node):
         return self.flow.value(node, self.scope(node))
 
+    def constant(self, node):
+        """A string literal, or a name (in an f-string too) bound to one and nothing else:
+        NS = "ex06"; custom_op(f"{NS}::op") and name = "float16"; getattr(torch, name) read as
+        the strings they are; a name bound twice, or to anything else, is computed."""
+        if isinstance(node, ast.Name):
+            s = self.scope(node).resolve_scope(node.id)
+            bound = s.bindings.get(node.id, ()) if s is not None else ()
+            values = {literal(e) if how == "assign" else None for how, e, _ in bound}
+            return values.pop() if len(values) == 1 and len(bound) == 1 else None
+        if isinstance(node, ast.JoinedStr):
+            parts = [self.constant(v.value) if isinstance(v, ast.FormattedValue) and
+                     not v.format_spec and v.conversion == -1 else literal(v) for v in node.values]
+            return "".join(parts) if all(isinstance(p, str) for p in parts) else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            a, b = self.constant(node.left), self.constant(node.right)
+            return a + b if isinstance(a, str) and isinstance(b, str) else None
+        return literal(node)
+
     # --- the walk ---------------------------------------------------------------------------
     def visit(self, node):
         kind = type(node)
@@ -283,7 +301,7 @@ class _Review:
         scope = self.scope(node)
         builtin = f.id if isinstance(f, ast.Name) and scope.resolve_scope(f.id) is None else None
         path = builtin or self.value(f).path or ""
-        name = literal(args[1]) if len(args) > 1 else None
+        name = self.constant(args[1]) if len(args) > 1 else None
         if builtin in ("getattr", "setattr", "delattr") and len(args) >= 2:
             base = self.value(args[0])
             if not isinstance(name, str):
@@ -296,7 +314,7 @@ class _Review:
             self._nested(c, self.offset if self.depth else node.lineno)
         elif path in ("operator.attrgetter", "operator.methodcaller"):
             for a in args[:1] if path.endswith("methodcaller") else args:
-                if not isinstance(s := literal(a), str):
+                if not isinstance(s := self.constant(a), str):
                     self.flag(node, "dynamic-name", self.seg(node))
                 else:
                     for part in s.split("."):
@@ -308,11 +326,11 @@ class _Review:
                 args and self.value(args[0]).path:
             self.flag(node, "patch", self.seg(node))
         elif path in allow.LOADERS:
-            first = literal(args[0]) if args else None
+            first = self.constant(args[0]) if args else None
             if not isinstance(first, str) or first.startswith(("/", "~")) or ".." in first:
                 self.flag(node, "native", self.seg(node))
         elif path in allow.REGISTRARS and args:
-            first = literal(args[0])
+            first = self.constant(args[0])
             if not isinstance(first, str) or first.split("::")[0] in allow.TORCH_NAMESPACES:
                 self.flag(node, "intercept", self.seg(node))
         if isinstance(f, ast.Attribute) and f.attr in allow.MUTATORS:
