@@ -3,6 +3,7 @@ flags what it should at the right file and line; the known evidence forgeries an
 dodges (tests/review_fixtures/forgeries/) are flagged on every line that does the deed; nothing
 in the review can stop the judge (a file or rule that fails is a finding). Honest code is
 tests/test_review_public.py's."""
+import importlib.util
 import os
 import py_compile
 import re
@@ -19,6 +20,10 @@ from grader.judge.review import WHAT, Finding, review_track
 
 FIXTURES = Path(__file__).parent / "review_fixtures"
 FORGERIES = FIXTURES / "forgeries"
+_spec = importlib.util.spec_from_file_location("review_cases", FIXTURES / "cases.py")
+CASES = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(CASES)
+PYTHON, CPP, LAUNDERED, ACROSS_FILES = CASES.PYTHON, CASES.CPP, CASES.LAUNDERED, CASES.ACROSS_FILES
 
 
 def review(tmp_path, source, name="sub.py"):
@@ -30,113 +35,6 @@ def assert_flags(found, line, rule, seen):
     hits = [f for f in found if f.line == line and f.rule == rule]
     assert hits, f"no {rule} finding on line {line}: {[str(f) for f in found]}"
     assert any(seen in f.text for f in hits), [str(f) for f in hits]
-
-
-# (source, line, rule, what the finding shows): one or more per rule and route
-PYTHON = [
-    ("import grader.submission.evidence as e\ne.analyse = None", 1, "grader", "grader.submission"),
-    ("import grader.submission.evidence as e\ne.analyse = None", 2, "patch", "evidence.analyse = ..."),
-    ("from grader import runner", 1, "grader", "from grader import runner"),
-    ("import sys\nsys.modules['grader.x'].analyse = None", 2, "modules", "sys.modules"),
-    ("import sys\nsys.modules['grader.x'].analyse = None", 2, "grader", "'grader.x'"),
-    ("import os\ndef f():\n    return os.sys.modules\n", 3, "modules", "os.sys"),
-    ("import torch\nm = torch.os.sys\n", 2, "modules", "torch.os"),
-    ("from os import sys", 1, "modules", "from os import sys"),
-    ("import __main__", 1, "main", "import __main__"),
-    ("m = __import__('__main__')", 1, "dynamic-code", "__import__"),
-    ("import torch\nx = getattr(torch, 'o' + 's')", 2, "modules", "torch.os"),
-    ("import torch\ndef f(name):\n    return getattr(torch, name)", 3, "dynamic-name",
-     "getattr(torch, name)"),
-    ("import torch\nfor n in ['a', 'b']:\n    setattr(torch, n, 1)", 3, "dynamic-name",
-     "setattr(torch, n, 1)"),
-    ("import torch\nname = 'o' + 's'\nf = getattr(torch, name)", 3, "modules", "torch.os"),
-    ("import torch\nNS = 'aten'\ntorch.library.impl(f'{NS}::add', 'CPU')", 3, "intercept",
-     "torch.library.impl"),
-    ("x = getattr\n", 1, "dynamic-name", "getattr used as a value"),
-    ("exec('x = 1')", 1, "dynamic-code", "exec"),
-    ("y = 1\nexec('import os\\nos.kill(1, 9)')", 2, "signals", "in exec'd code: os.kill"),
-    ("f = eval\n", 1, "dynamic-code", "eval"),
-    ("c = compile('1', 'f', 'eval')", 1, "dynamic-code", "compile"),
-    ("import marshal", 1, "dynamic-code", "import marshal"),
-    ("import torch\ntorch.library.opcheck = lambda *a, **k: None", 2, "patch",
-     "torch.library.opcheck = ..."),
-    ("import triton.testing\ntriton.testing.do_bench = None", 2, "patch", "triton.testing.do_bench"),
-    ("import torch\ntorch.Tensor.add = None", 2, "patch", "torch.Tensor.add = ..."),
-    ("from torch import library as L\nlib = L\nlib.opcheck = None", 3, "patch", "torch.library.opcheck"),
-    ("import torch\nfor m in [torch.cuda.Event]:\n    m.record = None", 3, "patch", "torch.cuda.Event"),
-    ("import torch\nsetattr(torch.library, 'opcheck', None)", 2, "patch", "setattr(torch.library"),
-    ("import torch\ndel torch.library.opcheck", 2, "patch", "del torch.library.opcheck"),
-    ("import torch\ntorch.library.__dict__['opcheck'] = 1", 2, "introspection", "__dict__"),
-    ("import torch\nv = vars(torch.library)", 2, "namespace", "vars"),
-    ("g = globals()", 1, "namespace", "globals"),
-    ("x = 1\ntype(x).__add__ = None", 2, "patch", "type(...).__add__ = ..."),
-    ("import builtins", 1, "namespace", "import builtins"),
-    ("__builtins__['print'] = None", 1, "introspection", "__builtins__"),
-    ("import torch\ndef patch(m):\n    m.opcheck = None\npatch(torch.library)", 4, "value",
-     "torch.library used as a value"),
-    ("import torch\ndef patch(c):\n    c.record = None\npatch(torch.cuda.Event)", 3, "patch",
-     "torch.cuda.Event.record = ..."),
-    ("import torch\ndef get():\n    return torch.cuda.Event\nget().record = 0", 4, "patch",
-     "torch.cuda.Event.record"),
-    ("import triton\n@triton.jit\ndef k(x):\n    pass\nk.run = None", 5, "patch", "k made by triton.jit"),
-    ("import threading", 1, "threads", "import threading"),
-    ("from concurrent.futures import ThreadPoolExecutor", 1, "threads", "concurrent.futures"),
-    ("import os\nos.system('ls')", 2, "threads", "os.system"),
-    ("import torch\nf = torch.jit.fork", 2, "threads", "torch.jit.fork"),
-    ("import ctypes", 1, "native", "import ctypes"),
-    ("import torch\ntorch.ops.load_library('/tmp/x.so')", 2, "native", "load_library"),
-    ("import torch\ntorch.ops.load_library(path)", 2, "native", "load_library"),
-    ("from torch.utils.cpp_extension import load_inline", 1, "native", "load_inline"),
-    ("import signal", 1, "signals", "import signal"),
-    ("import os\nos.kill(os.getppid(), 9)", 2, "signals", "os.kill"),
-    ("f = open('/proc/self/maps')", 1, "proc", "/proc/self/maps"),
-    ("f = open('data.txt')", 1, "file-write", "open"),
-    ("p = f'/proc/{1}/mem'", 1, "proc", "/proc/"),
-    ("p = '/pr' + 'oc/self/mem'", 1, "proc", "/proc/self/mem"),
-    ("import sys\nf = sys._getframe(1)", 2, "introspection", "sys._getframe"),
-    ("import inspect", 1, "introspection", "import inspect"),
-    ("import gc", 1, "introspection", "import gc"),
-    ("try:\n    1 / 0\nexcept Exception as e:\n    g = e.__traceback__", 4, "introspection",
-     "__traceback__"),
-    ("def g():\n    yield\nf = g().gi_frame", 3, "introspection", "gi_frame"),
-    ("def f():\n    pass\ng = f.__globals__", 3, "introspection", "__globals__"),
-    ("c = ().__class__.__base__.__subclasses__()", 1, "introspection", "__class__"),
-    ("import operator\ng = operator.attrgetter('f_back')", 2, "introspection", "attrgetter"),
-    ("import torch\nx = torch._C._profiler", 2, "private", "torch._C"),
-    ("import torch.testing._internal.optests", 1, "private", "torch.testing._internal"),
-    ("import torch\ns = torch.ops.aten.add.default._schema", 2, "private", "_schema"),
-    ("import triton\nc = triton.JITFunction._cache", 2, "private", "triton.JITFunction._cache"),
-    ("import typing\nr = typing.ForwardRef('x')", 2, "dynamic-code", "typing.ForwardRef"),
-    ("import torch\np = torch.profiler.profile", 2, "intercept", "torch.profiler.profile"),
-    ("import torch\nlib = torch.library.Library('aten', 'IMPL')", 2, "intercept", "Library('aten'"),
-    ("import torch\n@torch.library.register_fake('aten::add.Tensor')\ndef f(a, b):\n    pass", 2,
-     "intercept", "aten::add"),
-    ("class T:\n    @classmethod\n    def __torch_dispatch__(cls, f, t, a=(), k=None):\n        pass",
-     3, "intercept", "__torch_dispatch__"),
-    ("import torch\nclass L(torch.Tensor):\n    pass", 2, "intercept", "tensor subclass"),
-    ("import torch\ntorch.cuda.caching_allocator_alloc(1 << 30)", 2, "intercept",
-     "caching_allocator_alloc"),
-    ("import triton\ntriton.knobs.runtime.launch_enter_hook = None", 2, "intercept", "triton.knobs"),
-    ("import torch\ng = torch.cuda.CUDAGraph()", 2, "graph", "CUDAGraph"),
-    ("import torch\ns = torch.cuda.Stream()", 2, "stream", "torch.cuda.Stream"),
-    ("import torch\nt = torch.from_file('r.jsonl', shared=True, size=8)", 2, "file-write",
-     "torch.from_file"),
-    ("import torch\nt = torch.UntypedStorage.from_file('x', True, 8)", 2, "file-write", "from_file"),
-    ("from os import *", 1, "obfuscation", "from os import *"),
-    ("from torch import *", 1, "obfuscation", "from torch import *"),
-    ("exec = print", 1, "obfuscation", "rebinds exec"),
-    ("__name__ = '__main__'", 1, "main", "rebinds __name__"),
-    ("def __getattr__(name):\n    return name", 1, "obfuscation", "__getattr__"),
-    ("class E:\n    def __reduce__(self):\n        return (print, ())", 2, "dynamic-code", "__reduce__"),
-    ("k = id(object())", 1, "identity", "id"),
-    ("import numpy", 1, "import", "import numpy"),
-    ("import torch\nm = [torch.library]", 2, "value", "torch.library used as a value"),
-    ("import os\nos.environ['TRITON_INTERPRET'] = '1'", 2, "patch", "os.environ[...] = ..."),
-    ("import torch\ndef f(x):\n    try:\n        return k(x)\n    except Exception:\n"
-     "        return torch.softmax(x, -1)", 5, "fallback", "except Exception: torch.softmax"),
-    ("import reference_06_rmsnorm", 1, "grader", "reference_06_rmsnorm"),
-    ("# -*- coding: utf-7 -*-\nx = 1", 1, "obfuscation", "utf-7"),
-]
 
 
 @pytest.mark.parametrize("source,line,rule,seen", PYTHON,
@@ -241,67 +139,6 @@ def test_the_sixth_forgery_is_named(tmp_path):
 
 
 # --- C++ / CUDA ------------------------------------------------------------------------------
-
-CPP = [
-    ("at::Tensor f(at::Tensor x) { return at::native::add(x, x); }", 1, "aten-internal", "at::native"),
-    ("using namespace at;\nTensor f(Tensor x) { return native::mul(x, x); }", 2, "aten-internal",
-     "native::mul"),
-    ("auto y = at::cpu::add(x, x);", 1, "aten-internal", "at::cpu::add"),
-    ("auto y = at::cuda::mm(a, b);", 1, "aten-internal", "at::cuda::mm"),
-    ("at::cuda::blas::gemm<float>(a, b);", 1, "aten-internal", "at::cuda::blas"),
-    ("auto y = at::_ops::add_Tensor::call(x, x, 1);", 1, "aten-internal", "at::_ops"),
-    ("auto op = c10::Dispatcher::singleton();", 1, "aten-internal", "Dispatcher"),
-    ("#include <ATen/native/cuda/Loops.cuh>", 1, "aten-internal", "ATen/native/cuda/Loops.cuh"),
-    ("#include <ATen/ops/add_native.h>", 1, "aten-internal", "add_native.h"),
-    ("cublasSgemm(handle, a, b);", 1, "library", "cublasSgemm"),
-    ("#include <cublasLt.h>", 1, "library", "cublasLt.h"),
-    ("cudnnCreate(&h);", 1, "library", "cudnnCreate"),
-    ("curandCreateGenerator(&g, 0);", 1, "library", "curandCreateGenerator"),
-    ("cub::DeviceReduce::Sum(t, n, x, y, n);", 1, "library", "cub::DeviceReduce"),
-    ('const char* s = "cublas" "Sgemm";', 1, "library", "cublasSgemm"),
-    ('void* h = dlopen("libx.so", 1);', 1, "native", "dlopen"),
-    ("mprotect(p, 4096, PROT_READ | PROT_WRITE | PROT_EXEC);", 1, "native", "mprotect"),
-    ("cuGetProcAddress(\"cuLaunchKernel\", &f, 12000, 0, nullptr);", 1, "native", "cuGetProcAddress"),
-    ('asm volatile("syscall");', 1, "native", "syscall"),
-    ('PyRun_SimpleString("import grader");', 1, "python", "PyRun_SimpleString"),
-    ('py::module_::import("grader.runner");', 1, "python", "py::module_::import"),
-    ('obj.attr("__code__");', 1, "python", "attr("),
-    ('torch::jit::load("m.pt");', 1, "python", "torch::jit"),
-    ('int r = system("ls");', 1, "threads", 'system("ls")'),
-    ("pid_t p = fork();", 1, "threads", "fork()"),
-    ('execve("/bin/sh", a, e);', 1, "threads", "execve"),
-    ("std::thread t([] {});", 1, "threads", "std::thread"),
-    ("pthread_create(&t, 0, f, 0);", 1, "threads", "pthread_create"),
-    ("kill(getppid(), 9);", 1, "signals", "kill(getppid(), 9)"),
-    ("std::raise(SIGTERM);", 1, "signals", "std::raise"),
-    ("#define K kill\nK(1, 9);", 1, "signals", "#define K kill"),
-    ("#include <csignal>", 1, "signals", "csignal"),
-    ('FILE* f = fopen("/proc/self/maps", "r");', 1, "proc", "/proc/self/maps"),
-    ('FILE* f = fopen("out.txt", "w");', 1, "file-write", "fopen"),
-    ("TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl(\"add.Tensor\", f); }", 1, "intercept", "aten"),
-    ("TORCH_LIBRARY_IMPL(_, CUDA, m) { m.fallback(f); }", 1, "intercept", "fallback"),
-    ("at::RecordFunctionGuard guard(false);", 1, "intercept", "RecordFunctionGuard"),
-    ("__attribute__((constructor)) static void init() {}", 1, "intercept", "constructor"),
-    ('__attribute__((section(".init_array"))) static void* p = 0;', 1, "intercept", "section"),
-    ("cuptiSubscribe(&s, cb, 0);", 1, "intercept", "cuptiSubscribe"),
-    ("cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {", 1,
-     "intercept", "cudaEventElapsedTime"),
-    ("cudaGraphLaunch(g, s);", 1, "graph", "cudaGraphLaunch"),
-    ("#define CAT(a, b) a##b\nCAT(at::nat, ive)::add(x, x);", 1, "obfuscation", "##"),
-    ("auto y = at::nat\\\nive::add(x, x);", 1, "obfuscation", "at::nat"),
-    ("#define H <ATen/core/Tensor.h>\n#include H", 2, "obfuscation", "#include H"),
-    ('#include "../../../grader/x.h"', 1, "link", "../../../grader/x.h"),
-    ('const char* n = "at" "en::add";', 1, "intercept", "aten::add"),
-    ("%:define K kill", 1, "obfuscation", "%:define"),
-    ("auto f = \\u0063ublasSgemm;", 1, "obfuscation", "u0063"),
-    ('void* h = __libc_dlopen_mode("x", 1);', 1, "native", "__libc_dlopen_mode"),
-    ("extern void* _GLOBAL_OFFSET_TABLE_[];", 1, "native", "_GLOBAL_OFFSET_TABLE_"),
-    ("void* r = __builtin_return_address(0);", 1, "introspection", "__builtin_return_address"),
-    ('asm volatile("movq %%rsp, %0" : "=r"(sp));', 1, "native", "%rsp"),
-    ('setenv("CUDA_LAUNCH_BLOCKING", "1", 1);', 1, "file-write", "setenv"),
-    ("cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);", 1, "stream", "cudaStreamCreate"),
-    ("auto s = at::cuda::getStreamFromPool();", 1, "stream", "getStreamFromPool"),
-]
 
 
 @pytest.mark.parametrize("source,line,rule,seen", CPP, ids=[f"{r}-{i}" for i, (_, _, r, _)
@@ -409,67 +246,12 @@ def test_undeclared_helpers_and_subfolders_are_read(tmp_path):
         "pkg/k.cuh:1: starts threads or processes (void f() { fork(); })"]
 
 
-LAUNDERED = [  # a class the evidence rests on (torch.cuda.Event: the timer) patched on the last
-    #            line, after passing through what the review must follow
-    "try:\n    raise ValueError(E)\nexcept ValueError as e:\n    e.args[0].record = None",
-    "class Err(Exception):\n    def __init__(self, e):\n        self.e = e\ntry:\n"
-    "    raise Err(E)\nexcept Err as x:\n    x.e.record = None",
-    "def g():\n    yield E\nnext(g()).record = None",
-    "def g():\n    yield E\nfor e in g():\n    e.record = None",
-    "d = {'f': lambda: E}\nd['f']().record = None",
-    "def get():\n    return E\nf = get\nf().record = None",
-    "d = {'e': E}\nd.get('e').record = None",
-    "class H:\n    pass\nh = H()\nsetattr(h, 'e', E)\nh.e.record = None",
-    "class CM:\n    def __enter__(self):\n        return E\n    def __exit__(self, *a):\n"
-    "        pass\nwith CM() as e:\n    e.record = None",
-    "class It:\n    def __iter__(self):\n        return iter([E])\nfor e in It():\n"
-    "    e.record = None",
-    "class G:\n    def __getitem__(self, i):\n        return E\nG()[0].record = None",
-    "class P:\n    @property\n    def e(self):\n        return E\nP().e.record = None",
-    "class A:\n    def __getattr__(self, n):\n        return E\nA().anything.record = None",
-    "class C:\n    def __call__(self):\n        return E\nC()().record = None",
-    "class Box:\n    def __init__(self, e):\n        self.e = e\nBox(E).e.record = None",
-    "import functools\nf = functools.partial(lambda c: c, E)\nf().record = None",
-    "import operator\noperator.itemgetter(0)([E]).record = None",
-    "import functools\nfunctools.reduce(lambda a, b: b, [E]).record = None",
-    "[*[E]][0].record = None",
-    "{**{'a': E}}['a'].record = None",
-    "match E:\n    case e:\n        e.record = None",
-    "async def get():\n    return E\nasync def main():\n    (await get()).record = None",
-    "import typing\ntyping.cast(typing.Any, E).record = None",
-    "x = sorted([E], key=str)[0]\nx.record = None",
-    "x = list(map(lambda c: c, [E]))[0]\nx.record = None",
-    "x = min([E], key=str)\nx.record = None",
-    "def f():\n    global g\n    g = E\ndef h():\n    g.record = None",
-    "def outer():\n    e = E\n    def inner():\n        e.record = None\n    return inner",
-    "def f(e=E):\n    e.record = None",
-    "def f(*a):\n    a[0].record = None\nf(E)",
-    "def f(**k):\n    k['e'].record = None\nf(e=E)",
-    "xs = []\nxs.append(E)\nxs[0].record = None",
-]
-
-
 @pytest.mark.parametrize("source", LAUNDERED)
 def test_a_patch_through_a_laundered_value_is_flagged(tmp_path, source):
     text = "import torch\nE = torch.cuda.Event\n" + source + "\n"
     line = next(i for i, s in enumerate(text.splitlines(), 1) if ".record = None" in s)
     found = review(tmp_path, text)
     assert any(f.line == line and f.rule == "patch" for f in found), [str(f) for f in found]
-
-
-ACROSS_FILES = [  # (the track's other files, what sub.py does with them on line 2)
-    ({"helper.py": "import torch as t\n"}, "import helper\nhelper.t.library.opcheck = None"),
-    ({"helper.py": "import torch as t\nlib = t.library\n"}, "import helper\nhelper.lib.opcheck = 0"),
-    ({"pkg/__init__.py": "", "pkg/helper.py": "import torch\n"},
-     "from pkg.helper import torch as t\nt.library.opcheck = None"),
-    ({"pkg/__init__.py": "", "pkg/helper.py": "import torch\n"},
-     "import pkg.helper\npkg.helper.torch.library.opcheck = None"),
-    ({"helper.py": "import torch\n"}, "from helper import *\ntorch.library.opcheck = None"),
-    ({"helper.py": "import torch\ndef get():\n    return torch.cuda.Event\n"},
-     "import helper\nhelper.get().record = None"),
-    ({"helper.py": "import triton\n@triton.jit\ndef k(x):\n    pass\n"},
-     "from helper import k\nk.run = None"),
-]
 
 
 @pytest.mark.parametrize("others,source", ACROSS_FILES)
