@@ -247,6 +247,8 @@ class _Review:
             self.flag(node, "proc", repr(s[:60]))
         if re.match(r"grader(\.|$)", s):
             self.flag(node, "grader", repr(s[:60]))
+        if re.match(r"(?:aten|prims?|_)::", s):  # an op of PyTorch's own, for a registration
+            self.flag(node, "intercept", repr(s[:60]))  # (Library.impl, m.impl) to take over
         if s == "__main__":
             self.flag(node, "main", repr(s))
         elif s in allow.FRAME_ATTRS or s in allow.REACHING:
@@ -320,8 +322,10 @@ class _Review:
                     for part in s.split("."):
                         if (found := object_attr(part)) is not None:
                             self.flag(node, found[0], self.seg(node))
-        elif path == "functools.update_wrapper" and args and self.value(args[0]).path:
-            self.flag(node, "patch", self.seg(node))
+        elif path in ("functools.update_wrapper", "operator.setitem", "operator.delitem",
+                      "operator.iadd", "operator.ior", "operator.iconcat") and args and (
+                base := self.value(args[0]).path) and not base.startswith(("own:", "own-def:")):
+            self.flag(node, "patch", self.seg(node))  # changes its first argument
         elif isinstance(f, ast.Call) and (self.value(f.func).path or "") == "functools.wraps" and \
                 args and self.value(args[0]).path:
             self.flag(node, "patch", self.seg(node))
