@@ -1,35 +1,29 @@
-"""grader.judge.review: the judge's reading of a submission's sources. Honest code (every solution and
-starter, and two public-style kernels) is never flagged; each rule, the attacks of issue 26 and
-their disguised forms are, at the right file and line."""
+"""grader.judge.review: the judge's reading of a submission's sources, an allowlist. Each rule
+flags what it should at the right file and line; the known evidence forgeries and the field's
+dodges (tests/review_fixtures/forgeries/) are flagged on every line that does the deed; nothing
+in the review can stop the judge (a file or rule that fails is a finding). Honest code is
+tests/test_review_public.py's."""
+import importlib.util
 import os
 import py_compile
+import re
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from grader.common.discover import discover
-from grader.common.paths import ROOT
-from grader.judge.review import Finding, review_track
+import grader.judge.review as review_module
+from grader.judge import review_python
+from grader.judge.review import WHAT, Finding, review_track
 
-TRACKS = [(tree, ex, track) for tree in ("solutions", "starter") for ex in discover()
-          for track in ex.tracks.values() if (ROOT / tree / ex.id / track.name).is_dir()]
-PUBLIC = Path(__file__).parent / "review_fixtures" / "public"
-
-
-@pytest.mark.parametrize("tree,ex,track", TRACKS,
-                         ids=[f"{t}-{e.id}-{k.name}" for t, e, k in TRACKS])
-def test_honest_tracks_are_not_flagged(tree, ex, track):
-    assert review_track(ROOT / tree / ex.id / track.name, list(track.files)) == []
-
-
-@pytest.mark.parametrize("folder", ["06_rmsnorm/triton", "05_softmax/triton"])
-def test_public_style_kernels_are_not_flagged(folder):
-    assert review_track(PUBLIC / folder, []) == []
-
-
-def test_every_tree_is_covered():
-    assert len(TRACKS) >= 30  # both trees, all twelve exercises, every track
+FIXTURES = Path(__file__).parent / "review_fixtures"
+FORGERIES = FIXTURES / "forgeries"
+_spec = importlib.util.spec_from_file_location("review_cases", FIXTURES / "cases.py")
+CASES = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(CASES)
+PYTHON, CPP, LAUNDERED, ACROSS_FILES = CASES.PYTHON, CASES.CPP, CASES.LAUNDERED, CASES.ACROSS_FILES
 
 
 def review(tmp_path, source, name="sub.py"):
@@ -43,116 +37,36 @@ def assert_flags(found, line, rule, seen):
     assert any(seen in f.text for f in hits), [str(f) for f in hits]
 
 
-# (source, line, rule, text the finding shows): each rule, the table of issue 26, disguises
-PYTHON = [
-    ("import grader.runner as r\nr.analyse = lambda *a: {}", 1, "grader", "grader.runner"),
-    ("import grader.runner as r\nr.analyse = lambda *a: {}", 2, "patch", "grader.runner.analyse = ..."),
-    ("from grader import runner", 1, "grader", "grader.runner"),
-    ("import sys\nsys.modules['grader.runner'].analyse = None", 2, "modules", "sys.modules"),
-    ("import sys\nsys.modules['grader.runner'].analyse = None", 2, "grader", "'grader.runner'"),
-    ("import sys\nsys.modules['x'] = None", 2, "patch", "sys.modules[...] = ..."),
-    ("from sys import modules", 1, "modules", "sys.modules"),
-    ("import __main__", 1, "main", "__main__"),
-    ("m = __import__('__main__')", 1, "main", "__main__"),
-    ("x = getattr(__import__('gr' + 'ader'), 'runner')", 1, "grader", "grader"),
-    ("x = __import__(''.join(['gr', 'ader']))", 1, "grader", "grader"),
-    ("import importlib\nname = 'x'\nm = importlib.import_module(name)", 3, "dynamic-code",
-     "importlib.import_module(name)"),
-    ("import base64\nexec(base64.b64decode(b'cHJpbnQoMSk='))", 2, "dynamic-code", "exec(base64"),
-    ("y = 1\nexec('import os\\nos.kill(1, 9)')", 3, "signals", "os.kill"),
-    ("f = eval\n", 1, "dynamic-code", "eval used as a value"),
-    ("import torch\ntorch.library.opcheck = lambda *a, **k: None", 2, "patch",
-     "torch.library.opcheck = ..."),
-    ("import triton.testing\ntriton.testing.do_bench = None", 2, "patch", "triton.testing.do_bench"),
-    ("import torch\ntorch.Tensor.add = None", 2, "patch", "torch.Tensor.add = ..."),
-    ("from torch import library as L\nlib = L\nlib.opcheck = None", 3, "patch", "torch.library.opcheck"),
-    ("import torch\nfor m in [torch.library]:\n    m.opcheck = None", 3, "patch", "torch.library"),
-    ("import torch\nsetattr(torch.library, 'opcheck', None)", 2, "patch", "setattr(torch.library"),
-    ("import torch\ndel torch.library.opcheck", 2, "patch", "del torch.library.opcheck"),
-    ("import torch\nvars(torch.library)['opcheck'] = None", 2, "patch", "torch.library.__dict__[...]"),
-    ("import torch\nvars(torch.library)['opcheck'] = None", 2, "namespace", "vars(torch.library)"),
-    ("import torch\ntorch.library.__dict__['opcheck'] = 1", 2, "namespace", "torch.library.__dict__"),
-    ("import torch\nobject.__setattr__(torch.library, 'opcheck', 1)", 2, "patch", "__setattr__"),
-    ("x = 1\ntype(x).__add__ = None", 2, "patch", "type(...).__add__ = ..."),
-    ("import builtins\nbuiltins.print = None", 2, "patch", "builtins.print = ..."),
-    ("__builtins__['print'] = None", 1, "introspection", "__builtins__"),
-    ("import torch\ndef patch(m):\n    m.opcheck = None\npatch(torch.library)", 4, "patch",
-     "sets attributes of torch.library"),
-    ("import torch\n(lambda m: setattr(m, 'opcheck', 0))(torch.library)", 2, "patch", "torch.library"),
-    ("import torch\nname = 'x'\nf = getattr(torch, name)", 3, "dynamic-name", "getattr(torch, name)"),
-    ("import threading\nt = threading.Thread(target=print)", 1, "threads", "threading"),
-    ("import threading\nt = threading.Thread(target=print)", 2, "threads", "threading.Thread"),
-    ("from concurrent.futures import ThreadPoolExecutor", 1, "threads", "concurrent.futures"),
-    ("import _thread", 1, "threads", "_thread"),
-    ("import subprocess", 1, "threads", "subprocess"),
-    ("import os\nos.system('ls')", 2, "threads", "os.system"),
-    ("import os\nos.execv('/bin/sh', [])", 2, "threads", "os.execv"),
-    ("from os import fork", 1, "threads", "os.fork"),
-    ("import torch.multiprocessing as mp", 1, "threads", "torch.multiprocessing"),
-    ("import asyncio\nasyncio.create_subprocess_exec('ls')", 2, "threads",
-     "asyncio.create_subprocess_exec"),
-    ("import ctypes", 1, "native", "ctypes"),
-    ("import torch\ntorch.ops.load_library('/tmp/x.so')", 2, "native", "load_library"),
-    ("import torch\ntorch.ops.load_library(path)", 2, "native", "load_library"),
-    ("from torch.utils.cpp_extension import load_inline", 1, "native", "load_inline"),
-    ("import signal", 1, "signals", "signal"),
-    ("import os\nos.kill(os.getppid(), 9)", 2, "signals", "os.kill"),
-    ("import os\nos.abort()", 2, "signals", "os.abort"),
-    ("f = open('/proc/self/maps')", 1, "proc", "/proc/self/maps"),
-    ("p = f'/proc/{1}/mem'", 1, "proc", "/proc/"),
-    ("p = '/pr' + 'oc/self/mem'", 1, "proc", "/proc/self/mem"),
-    ("import sys\nf = sys._getframe(1).f_globals", 2, "introspection", "sys._getframe"),
-    ("import sys\nf = sys._getframe(1)\ng = f.f_globals", 3, "introspection", "f.f_globals"),
-    ("import inspect\nf = inspect.currentframe()", 2, "introspection", "inspect.currentframe"),
-    ("import gc\nobjs = gc.get_objects()", 2, "introspection", "gc.get_objects"),
-    ("import sys\nsys.settrace(None)", 2, "introspection", "sys.settrace"),
-    ("import sys\nsys.addaudithook(print)", 2, "introspection", "sys.addaudithook"),
-    ("try:\n    1 / 0\nexcept Exception as e:\n    g = e.__traceback__.tb_frame.f_back", 4,
-     "introspection", "tb_frame"),
-    ("import operator\ng = operator.attrgetter('f_back')", 2, "introspection", "'f_back'"),
-    ("def f():\n    pass\ng = f.__globals__", 3, "introspection", "__globals__"),
-    ("open('out.txt', 'w').write('x')", 1, "file-write", "open('out.txt', 'w')"),
-    ("import shutil\nshutil.rmtree('x')", 2, "file-write", "shutil.rmtree"),
-    ("import torch\nlib = torch.library.Library('aten', 'IMPL')", 2, "intercept", "Library('aten'"),
-    ("import torch\n@torch.library.register_fake('aten::add.Tensor')\ndef f(a, b):\n    pass", 2,
-     "intercept", "aten::add"),
-    ("class T:\n    @classmethod\n    def __torch_dispatch__(cls, f, t, a=(), k=None):\n        pass", 3,
-     "intercept", "__torch_dispatch__"),
-    ("import torch\ntorch.cuda.caching_allocator_alloc(1 << 30)", 2, "intercept",
-     "caching_allocator_alloc"),
-    ("from os import *", 1, "threads", "from os import *"),
-]
-
-
-@pytest.mark.parametrize("source,line,rule,seen", PYTHON, ids=[f"{r}-{i}" for i, (_, _, r, _)
-                                                                in enumerate(PYTHON)])
+@pytest.mark.parametrize("source,line,rule,seen", PYTHON,
+                         ids=[f"{r}-{i}" for i, (_, _, r, _) in enumerate(PYTHON)])
 def test_python_rules(tmp_path, source, line, rule, seen):
     assert_flags(review(tmp_path, source), line, rule, seen)
 
 
 def test_a_finding_reads_file_line_text(tmp_path):
     found = review(tmp_path, "import torch\n\ntorch.library.opcheck = None\n", "rmsnorm.py")
-    assert found == [Finding("rmsnorm.py", 3, "patch", "sets an attribute of a module it did not "
-                                                      "define (torch.library.opcheck = ...)")]
-    assert str(found[0]) == ("rmsnorm.py:3: sets an attribute of a module it did not define "
+    assert found == [Finding("rmsnorm.py", 3, "patch", "changes an object it did not make "
+                                                      "(torch.library.opcheck = ...)")]
+    assert str(found[0]) == ("rmsnorm.py:3: changes an object it did not make "
                              "(torch.library.opcheck = ...)")
 
 
 def test_comments_docstrings_and_honest_lookalikes_are_not_flagged(tmp_path):
     source = '''
-        """Docstring: import grader, sys.modules, /proc/self/maps, threading, os.kill."""
+        """Docstring: import grader, sys.modules, /proc/self/maps, threading, os.kill, exec."""
         # import grader; torch.library.opcheck = None; os.system("x"); ctypes; /proc/
         import os
-        import sys
         import torch
         import triton
         import triton.language as tl
         from torch.library import triton_op, wrap_triton
 
+        NAMESPACE = "ex06"
+        FP8 = "float8_e5m2"
         DTYPES = {torch.float32: tl.float32}
         DTYPES[torch.float16] = tl.float16      # an own dict holding foreign values
-        os.environ["TRITON_INTERPRET"] = "1"
-        sys.path.insert(0, os.path.dirname(__file__))
+        INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+        HERE = os.path.dirname(__file__)
         ERROR = "the grader loads the built library first"
         launch = wrap_triton
 
@@ -171,50 +85,60 @@ def test_comments_docstrings_and_honest_lookalikes_are_not_flagged(tmp_path):
 
         x = helper(wrap_triton, object())
         y = getattr(torch, "float16")
+        z = torch.ones(2).to(torch.float16)
+        z.requires_grad = False                  # a tensor of its own
         ok = hasattr(torch.ops.ex06_cuda, "rmsnorm_fwd")
-        text = open(__file__).read()
-        if __name__ == "__main__":
-            print(triton.cdiv(10, 3))
+        fp8 = getattr(torch, FP8, None)           # a name bound to a string, and nothing else
+
+
+        @torch.library.custom_op(f"{NAMESPACE}::twice", mutates_args=())
+        def twice(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+        if __name__ == "__main__":              # never runs when the grader imports the file
+            import sys
+            print(triton.cdiv(10, 3), sys.argv)
     '''
     assert review(tmp_path, source) == []
 
 
-# --- C++ / CUDA ------------------------------------------------------------------------------
+# --- the known forgeries and dodges: every marked line flagged, nothing else --------------------
 
-CPP = [
-    ("at::Tensor f(at::Tensor x) { return at::native::add(x, x); }", 1, "aten-internal", "at::native"),
-    ("using namespace at;\nTensor f(Tensor x) { return native::mul(x, x); }", 2, "aten-internal",
-     "native::mul"),
-    ("auto y = at::cpu::add(x, x);", 1, "aten-internal", "at::cpu::add"),
-    ("auto y = at::cuda::mm(a, b);", 1, "aten-internal", "at::cuda::mm"),
-    ("at::cuda::blas::gemm<float>(a, b);", 1, "aten-internal", "at::cuda::blas"),
-    ("auto y = at::_ops::add_Tensor::call(x, x, 1);", 1, "aten-internal", "at::_ops"),
-    ("#include <ATen/native/cuda/Loops.cuh>", 1, "aten-internal", "ATen/native/cuda/Loops.cuh"),
-    ("#include <ATen/ops/add_native.h>", 1, "aten-internal", "add_native.h"),
-    ("cublasSgemm(handle, a, b);", 1, "library", "cublasSgemm"),
-    ("#include <cublasLt.h>", 1, "library", "cublasLt.h"),
-    ("cudnnCreate(&h);", 1, "library", "cudnnCreate"),
-    ("curandCreateGenerator(&g, 0);", 1, "library", "curandCreateGenerator"),
-    ("cub::DeviceReduce::Sum(t, n, x, y, n);", 1, "library", "cub::DeviceReduce"),
-    ("void* h = dlopen(\"libx.so\", 1);", 1, "native", "dlopen"),
-    ("PyRun_SimpleString(\"import grader\");", 1, "python", "PyRun_SimpleString"),
-    ("py::module_::import(\"grader.runner\");", 1, "python", "py::module_::import"),
-    ("torch::jit::load(\"m.pt\");", 1, "python", "torch::jit"),
-    ("int r = system(\"ls\");", 1, "threads", "system(\"ls\")"),
-    ("pid_t p = fork();", 1, "threads", "fork()"),
-    ("std::thread t([] {});", 1, "threads", "std::thread"),
-    ("pthread_create(&t, 0, f, 0);", 1, "threads", "pthread_create"),
-    ("kill(getppid(), 9);", 1, "signals", "kill(getppid(), 9)"),
-    ("std::raise(SIGTERM);", 1, "signals", "std::raise"),
-    ("#define K kill\nK(1, 9);", 1, "signals", "#define K kill"),
-    ("#include <csignal>", 1, "signals", "csignal"),
-    ("FILE* f = fopen(\"/proc/self/maps\", \"r\");", 1, "proc", "/proc/self/maps"),
-    ("TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl(\"add.Tensor\", f); }", 1, "intercept", "aten"),
-    ("at::RecordFunctionGuard guard(false);", 1, "intercept", "RecordFunctionGuard"),
-    ("__attribute__((constructor)) static void init() {}", 1, "intercept", "constructor"),
-    ("#define CAT(a, b) a##b\nCAT(at::nat, ive)::add(x, x);", 1, "obfuscation", "##"),
-    ("auto y = at::nat\\\nive::add(x, x);", 1, "obfuscation", "at::nat"),
-]
+def _marks(path: Path) -> dict[int, set[str]]:
+    marks = {}
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        for rule in re.findall(r"(?:#|//)\s*review:\s*([\w-]+)", line):
+            marks.setdefault(i, set()).add(rule)
+    return marks
+
+
+FORGED = sorted(p.name for p in FORGERIES.iterdir() if p.suffix in (".py", ".cu"))
+
+
+@pytest.mark.parametrize("name", FORGED)
+def test_known_forgeries_are_flagged_where_they_act(name):
+    path = FORGERIES / name
+    marks = _marks(path)
+    assert marks and all(rule in WHAT for rules in marks.values() for rule in rules), marks
+    found = [f for f in review_track(FORGERIES, []) if f.file == name]
+    got = {}
+    for f in found:
+        got.setdefault(f.line, set()).add(f.rule)
+        assert f"{name}:{f.line}: " in str(f) and "(" in f.text, str(f)  # says what, where
+    missing = {line: rules - got.get(line, set()) for line, rules in marks.items()
+               if rules - got.get(line, set())}
+    assert not missing, (missing, [str(f) for f in found])
+    assert set(got) <= set(marks), [str(f) for f in found if f.line not in marks]
+
+
+def test_the_sixth_forgery_is_named(tmp_path):
+    """Issue 36's miss: __main__ reached as os.sys.modules inside a helper function."""
+    found = review_track(FORGERIES, ["main_through_os_sys.py"])
+    texts = [str(f) for f in found if f.file == "main_through_os_sys.py"]
+    assert any(":9: " in t and "os.sys" in t for t in texts), texts
+    assert any(":10: " in t and "'__main__'" in t for t in texts), texts
+
+
+# --- C++ / CUDA ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("source,line,rule,seen", CPP, ids=[f"{r}-{i}" for i, (_, _, r, _)
@@ -223,7 +147,7 @@ def test_cpp_rules(tmp_path, source, line, rule, seen):
     assert_flags(review(tmp_path, source + "\n", "op.cu"), line, rule, seen)
 
 
-def test_cpp_comments_and_strings_are_not_flagged(tmp_path):
+def test_cpp_comments_strings_and_honest_lookalikes_are_not_flagged(tmp_path):
     source = r'''
         // at::native::add(x, x); cublasSgemm(); system("ls"); kill(1, 9); dlopen
         /* std::thread t; at::cpu::add(x, x);
@@ -231,16 +155,82 @@ def test_cpp_comments_and_strings_are_not_flagged(tmp_path):
         #include <ATen/core/Tensor.h>
         #include <c10/cuda/CUDAGuard.h>
         #include "common.cuh"
-        const char* msg = "call at::native::add or system(\"ls\") or kill(1, 9)";
+        #include <algorithm>
+        const char* msg = "call at::native::add or system(\"ls\") or kill(1, 9), not cuBLAS";
         at::Tensor f(const at::Tensor& x) {
           const c10::cuda::CUDAGuard guard(x.device());
           auto stream = at::cuda::getCurrentCUDAStream();
           TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+          if (cudaGetLastError() != cudaSuccess) { return x; }
+          std::vector<int> v{1, 2};
+          v.erase(std::remove(v.begin(), v.end(), 1), v.end());
           return at::empty_like(x);
         }
         TORCH_LIBRARY_IMPL(ex02, CUDA, m) { m.impl("scale", &f); }
     '''
     assert review(tmp_path, textwrap.dedent(source), "op.cpp") == []
+
+
+# --- fail-safe: nothing in the review stops the judge ------------------------------------------
+
+@pytest.mark.parametrize("data,seen", [
+    (b"def f(:\n    pass\n", "SyntaxError"),
+    (b"x = 1\n\x00\n", "cannot"),
+    (b"x = '\xff\xfe'\n", "decode"),
+    (b"# -*- coding: no-such-codec -*-\nx = 1\n", "decode"),
+    (b"x = " + b"(" * 300 + b"1" + b")" * 300 + b"\n", "cannot parse"),
+    (b"x = " + b"1 + " * 45_000 + b"1\n", "RecursionError"),
+])
+def test_what_cannot_be_read_is_a_finding_never_an_exception(tmp_path, data, seen):
+    (tmp_path / "op.py").write_bytes(data)
+    found = review_track(tmp_path, ["op.py"])
+    assert [f.rule for f in found] == ["limits"], [str(f) for f in found]
+    assert "was not reviewed" in found[0].text and seen in found[0].text, str(found[0])
+
+
+@pytest.mark.parametrize("data", [b"/*" * 300_000, b'R"x(' * 200_000, b'"' * 500_000,
+                                  b"x = '\\\n" * 100_000])
+def test_unterminated_comments_and_strings_are_read_in_linear_time(tmp_path, data):
+    (tmp_path / "k.cu").write_bytes(data)
+    started = time.monotonic()
+    review_track(tmp_path, ["k.cu"])
+    assert time.monotonic() - started < 30  # ~1 s here; quadratic would be hours
+
+
+def test_a_rule_that_fails_is_a_finding_and_the_rest_is_still_read(tmp_path, monkeypatch):
+    def broken(self, node):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(review_python._Review, "on_With", broken, raising=False)
+    found = review(tmp_path, "import torch\nwith torch.no_grad():\n    pass\nimport gc\n")
+    assert [(f.line, f.rule) for f in found] == [(2, "limits"), (4, "introspection")]
+    assert "a rule failed here: RuntimeError: boom" in found[0].text
+
+
+def test_a_file_whose_review_fails_is_a_finding(tmp_path, monkeypatch):
+    monkeypatch.setattr(review_module, "review_python", lambda *a: 1 / 0)
+    (tmp_path / "op.py").write_text("x = 1\n")
+    (tmp_path / "k.cu").write_text("__global__ void k() {}\n")
+    found = review_track(tmp_path, ["op.py"])
+    assert [(f.file, f.rule) for f in found] == [("op.py", "limits")]
+    assert "ZeroDivisionError" in found[0].text
+
+
+def test_a_review_that_fails_as_a_whole_is_a_finding(tmp_path, monkeypatch):
+    monkeypatch.setattr(review_module, "_entries", lambda folder: 1 / 0)
+    found = review_track(tmp_path, ["op.py"])
+    assert [(f.file, f.rule) for f in found] == [(".", "limits")]
+
+
+def test_with_items_without_names_are_read(tmp_path):
+    """Issue 36: `with x():` (no `as`) crashed the denylist ('withitem' has no 'args')."""
+    assert review(tmp_path, "import torch\nwith torch.no_grad(), torch.enable_grad() as g:\n"
+                            "    pass\n") == []
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="3.12 syntax needs Python 3.12")
+def test_python_312_syntax_is_read(tmp_path):
+    (tmp_path / "op.py").write_bytes((FIXTURES / "honest" / "odd_syntax_312.py").read_bytes())
+    assert review_track(tmp_path, ["op.py"]) == []
 
 
 # --- the folder ------------------------------------------------------------------------------
@@ -252,8 +242,54 @@ def test_undeclared_helpers_and_subfolders_are_read(tmp_path):
     (tmp_path / "pkg" / "k.cuh").write_text("void f() { fork(); }\n")
     found = review_track(tmp_path, ["sub.py"])
     assert [str(f) for f in found] == [
-        "pkg/helper.py:2: starts threads or processes (threading)",
+        "pkg/helper.py:2: starts threads or processes (import threading)",
         "pkg/k.cuh:1: starts threads or processes (void f() { fork(); })"]
+
+
+@pytest.mark.parametrize("source", LAUNDERED)
+def test_a_patch_through_a_laundered_value_is_flagged(tmp_path, source):
+    text = "import torch\nE = torch.cuda.Event\n" + source + "\n"
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if ".record = None" in s)
+    found = review(tmp_path, text)
+    assert any(f.line == line and f.rule == "patch" for f in found), [str(f) for f in found]
+
+
+@pytest.mark.parametrize("others,source", ACROSS_FILES)
+def test_what_another_file_of_the_track_holds_is_followed(tmp_path, others, source):
+    for name, text in others.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = review(tmp_path, source)
+    assert [(f.file, f.line, f.rule) for f in found] == [("sub.py", 2, "patch")], found
+
+
+def test_the_files_own_classes_and_functions_across_files_are_its_own(tmp_path):
+    (tmp_path / "helper.py").write_text("import torch\nclass Config:\n    block = 64\n"
+                                        "def alloc(x):\n    return torch.empty_like(x)\n")
+    assert review(tmp_path, "import helper\nfrom helper import Config\nc = Config()\n"
+                            "c.block = 128\nh = helper.Config()\nh.block = 1\n"
+                            "helper.alloc.cache = {}\n") == []
+
+
+def test_a_cuda_tracks_extension_is_its_own_a_triton_track_may_not_import_it(tmp_path):
+    cuda = tmp_path / "03_bias_relu" / "cuda"
+    triton_ = tmp_path / "05_softmax" / "triton"
+    for folder in (cuda, triton_):
+        folder.mkdir(parents=True)
+        (folder / "op.py").write_text("import bias_relu_ext\n")
+    assert review_track(cuda, ["op.py"]) == []
+    assert [f.rule for f in review_track(triton_, ["op.py"])] == ["import"]
+    assert review_track(triton_, ["op.py"], extension="bias_relu_ext") == []
+
+
+@pytest.mark.parametrize("name", ["torch.py", "os.py", "reference_06_rmsnorm.py", "triton"])
+def test_a_file_named_like_a_loaded_module_is_flagged(tmp_path, name):
+    if "." in name:
+        (tmp_path / name).write_text("x = 1\n")
+    else:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("x = 1\n")
+    assert "shadow" in [f.rule for f in review_track(tmp_path, [])]
 
 
 def test_links_out_of_the_folder_are_flagged_not_followed(tmp_path):
@@ -286,15 +322,18 @@ def test_compiled_files_are_flagged_but_a_cache_of_its_own_source_is_not(tmp_pat
                      (Path(unchecked).relative_to(tmp_path).as_posix(), "binary")}
 
 
-def test_unusual_source_encodings_are_flagged(tmp_path):
-    (tmp_path / "op.py").write_bytes(b"# -*- coding: utf-7 -*-\nx = 1\n")
-    assert [f.rule for f in review_track(tmp_path, ["op.py"])] == ["obfuscation"]
+def test_oversized_files_and_tracks_are_reported_not_read(tmp_path):
+    (tmp_path / "big.py").write_text("x = 1\n" * 40_000)
+    (tmp_path / "big.cu").write_text("int x = 1;\n" * 100_000)
+    for i in range(3):
+        (tmp_path / f"k{i}.cu").write_text("int x = 1;\n" * 40_000)
+    found = review_track(tmp_path, ["big.py"])
+    assert [(f.file, f.rule) for f in found] == [("big.py", "limits"), ("big.cu", "limits"),
+                                                 ("k2.cu", "limits")]
+    assert ["200 KB" in found[0].text, "1000 KB" in found[1].text, "1 MB" in found[2].text] == [
+        True] * 3
 
 
-def test_oversized_files_are_reported_not_read(tmp_path):
-    (tmp_path / "big.py").write_text("x = 1\n" * 200_000)
-    assert [(f.file, f.rule) for f in review_track(tmp_path, ["big.py"])] == [("big.py", "limits")]
-
-
-def test_missing_declared_files_are_left_to_the_loader(tmp_path):
+def test_missing_declared_files_and_folders_are_left_to_the_loader(tmp_path):
     assert review_track(tmp_path, ["absent.py"]) == []
+    assert review_track(tmp_path / "absent", ["op.py"]) == []
