@@ -51,7 +51,8 @@ def run_phase(args, began: float, early, spawner) -> int:
     else:
         if args.phase == "checks":  # read by the judge before any submission code runs
             record(ev.Review(findings=[str(f) for f in review_track(
-                args.tree / exercise.id / track.name, list(track.files))]))
+                args.tree / exercise.id / track.name, list(track.files),
+                extension=track.extension if track.sources else None)]))
         _with_submission(args, exercise, track, record, early, spawner)
     record(ev.Done())
     return 0
