@@ -18,13 +18,16 @@ PY=${PY:-python3}
 [ -d exercises ] || { echo "grading_time.sh: run it from the repository root" >&2; exit 2; }
 if [ -z "$OUT" ]; then OUT=$(mktemp -d "${TMPDIR:-/tmp}/grading-time-XXXXXX"); trap 'rm -rf "$OUT"' EXIT; fi
 mkdir -p "$OUT"
-gpu=$($PY -c "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else '')" 2>/dev/null)
+# GPU_NAME=...: the GPU's rows whatever this machine has (DRY_RUN=1 on a CPU machine: the plan)
+gpu=${GPU_NAME:-$($PY -c "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else '')" 2>/dev/null)}
 export PYTHONUNBUFFERED=1
 
 declare -A SECONDS_OF
 row() {  # row KEY LABEL TARGET [fresh] -- COMMAND...: one timed run, one table row
   local key=$1 label=$2 target=$3 fresh=$4; shift 5
-  if [ -n "${DRY_RUN:-}" ]; then echo "| $label | + $* | $target | |"; return; fi
+  if [ -n "${DRY_RUN:-}" ]; then
+    echo "| $label | + $([ "$fresh" = fresh ] && echo "rm -rf .cache; ")$* | $target | |"; return
+  fi
   [ "$fresh" = fresh ] && rm -rf .cache  # builds, Triton's and Inductor's caches, baselines
   local t0=$(date +%s%N)
   "$@" > "$OUT/$key.txt" 2>&1

@@ -81,9 +81,15 @@ def test_edit_loop_and_grading_time_dry_run():
     wrong = subprocess.run(["bash", "benchmarks/edit_loop.sh", "06", "cuda", "nope.cu"], cwd=ROOT,
                            env=ENV, capture_output=True, text=True)
     assert wrong.returncode == 2 and "no solutions/06_rmsnorm/cuda/" + "nope.cu" in wrong.stderr
-    grading = subprocess.run(["bash", "benchmarks/grading_time.sh"], cwd=ROOT, env=ENV,
-                             capture_output=True, text=True, check=True).stdout
+    grading = subprocess.run(["bash", "benchmarks/grading_time.sh"], cwd=ROOT,
+                             env={**ENV, "GPU_NAME": "a GPU"}, capture_output=True, text=True,
+                             check=True).stdout
     assert "make grade IMPL=solutions" in grading and "rm -rf .cache" in grading
+    assert "--exercise 13 --no-bench" in grading and "--exercise 13 --quick" in grading
+    assert "make watch-13" in grading and "make watch-02" in grading
+    cpu = subprocess.run(["bash", "benchmarks/grading_time.sh"], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, check=True).stdout
+    assert "CPU: make exercise-13 IMPL=solutions" in cpu and "--exercise 08 --quick" in cpu
 
 
 def test_flash_attention_sweep_dry_run_prints_its_plan():
