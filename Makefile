@@ -2,7 +2,8 @@
 # make exercise-02            grade one exercise, every failure in full (PROFILE=1: ncu per kernel;
 #                             SANITIZE=memcheck|racecheck|...,
 #                             REPRO=check@example: one failing example again, as a failure prints it;
-#                             QUICK=1: 3 examples per property check, baselines' times cached)
+#                             QUICK=1: one example per property check, no opcheck nor torch.compile,
+#                             the baselines' kept figures; TIMES=1: where the seconds went)
 # make watch-02               regrade one exercise on every save, with the seconds it took (QUICK=1:
 #                             QUICK's examples and the timing)
 # make bench                  solutions/ vs baselines into docs/performance.md (needs a GPU;
@@ -38,7 +39,7 @@ BUILD_FLAG := $(if $(BUILD),--build $(BUILD))
 
 .PHONY: grade bench test list clean help
 help:
-	@sed -n '1,11p' Makefile | sed 's/^# //'
+	@sed -n '1,12p' Makefile | sed 's/^# //'
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -46,14 +47,14 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 grade: $(SETUP)
-	$(PY) -m grader grade $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) --json $(RESULTS)
+	$(PY) -m grader grade $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(TIMES),--time-report) --json $(RESULTS)
 
 # PROFILE=1 runs the profiler instead of the grade (one command echoed, not both)
 exercise-%: $(SETUP)
 ifneq ($(PROFILE),)
 	$(PY) -m grader.tools.profile --exercise $* $(TREE)
 else
-	$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(SANITIZE),--sanitize $(SANITIZE)) $(if $(REPRO),--repro '$(REPRO)')
+	$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(TIMES),--time-report) $(if $(SANITIZE),--sanitize $(SANITIZE)) $(if $(REPRO),--repro '$(REPRO)')
 endif
 
 watch-%: $(SETUP)
