@@ -1,17 +1,26 @@
 """Flash attention: exercise 13's solution at scale against float64, and the solution against every baseline, timed by CUDA-graph replay. On a GPU machine, from the repository root: `python3 benchmarks/flash_attention.py --check --final --base`.
 
     python3 benchmarks/flash_attention.py [--check] [--base] [--final] [--slow] [--out DIR]
+                                          [--configs WINNERS_JSON] [--before OLD_SOLUTION]
+                                          [--baselines sdpa_flash,sdpa_cudnn,flex]
 
---check  the solution against the float64 reference (reference.exact) at large shapes
---base   the baselines: each SDPA backend, FlexAttention, torch.compile, the eager reference
---final  the solution's configs and a "first kernel" config (64 x 64 tiles, 4 warps, 2 stages
-         everywhere), three repeats each, and the bf16 matmul ceiling
+--check     the solution against the float64 reference (reference.exact) at large shapes
+--base      the baselines: each SDPA backend and FlexAttention (a peer: PyTorch's generated
+            Triton attention); --slow adds torch.compile of the reference and the eager one
+--final     the solution's configs and a "first kernel" config (its first kernels untuned: 64 x 64
+            tiles, 4 warps, 2 stages, no Hopper path), three repeats each, and the bf16 matmul
+            ceiling
+--configs   the solution with these CONFIGS instead of the file's (benchmarks/
+            flash_attention_sweep.py writes them): measure a table before pasting it
+--before    an earlier solution file timed beside (three repeats): before and after in one run
 Everything is `triton.testing.do_bench_cudagraph` (median over the replays, L2 not flushed:
-graph replay of one fwd or fwd+bwd step), repeated; forward+backward includes the forward. The
-block configs are tuned by benchmarks/flash_attention_sweep.py.
+graph replay of one fwd or fwd+bwd step), repeated; forward+backward includes the forward;
+the spread is (max - min) / median over the repeats. The block configs are tuned by
+benchmarks/flash_attention_sweep.py.
 """
 import argparse
 import importlib.util
+import json
 import os
 import sys
 import time
@@ -119,6 +128,8 @@ def solution(q, k, v, causal, scale):
 
 BASELINES = {"sdpa_flash": ref.sdpa_flash, "sdpa_efficient": ref.sdpa_efficient,
              "sdpa_cudnn": ref.sdpa_cudnn, "flex": ref.flex}
+# a sound first kernel: the solution's first kernels untuned (no Hopper path)
+FIRST = fa.Cfg(64, 64, 4, 2)
 
 
 def run_rows(rows, table, reps=3):
@@ -160,11 +171,19 @@ def main():
     for f in ("check", "base", "final", "slow"):
         p.add_argument(f"--{f}", action="store_true")
     p.add_argument("--grade", type=float, default=0, help="run the grader's checks, this long")
+    p.add_argument("--configs", help="CONFIGS as JSON {D: {kernel: [Cfg fields]}}")
+    p.add_argument("--before", help="an earlier solution file, timed beside")
+    p.add_argument("--baselines", default=",".join(BASELINES),
+                   help="which --base rows (default: all)")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     a = p.parse_args()
     log(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
         f"{triton.__version__}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
     log("command: " + " ".join(sys.argv))
+    if a.configs:
+        for D, t in json.loads(Path(a.configs).read_text()).items():
+            fa.CONFIGS[int(D)] = {k: fa.Cfg(*v) for k, v in t.items()}
+    log("CONFIGS: " + repr(fa.CONFIGS))
     table = {}
     def guarded(f, *args):
         try:
@@ -178,13 +197,16 @@ def main():
             rate, spread = matmul_rate()
             log(f"bf16 matmul 8192^3: {rate:.0f} TFLOP/s (spread {spread:.1%})")
             guarded(run_rows, {"solution": solution}, table)
+            if a.before:
+                old = load(Path(a.before).resolve(), "fa13_before")
+                guarded(run_rows, {"before": lambda *args: old.flash_attention(*args)}, table)
             saved = {k: dict(v) for k, v in fa.CONFIGS.items()}
             for key in fa.CONFIGS:
-                fa.CONFIGS[key] = dict(fwd=(64, 64, 4, 2), dkdv=(64, 64, 4, 2), dq=(64, 64, 4, 2))
+                fa.CONFIGS[key] = dict(fwd=FIRST, dkdv=FIRST, dq=FIRST)
             guarded(run_rows, {"first": solution}, table, 1)
             fa.CONFIGS.update(saved)
         if a.base:
-            guarded(run_rows, BASELINES, table)
+            guarded(run_rows, {k: BASELINES[k] for k in a.baselines.split(",")}, table)
         if a.grade:
             guarded(grade, a.grade)
         if a.slow:

@@ -18,12 +18,19 @@ determinism: two kernels or atomics"). The leaderboard case (B 1, H 16, S 16384,
 is 0.55 TFLOP forward, 2.5x that backward, and 8 x 33.5 MB of tensors: matmuls and
 exponentials, not bytes (README: "The work: flops and bytes", "Where the time goes").
 
+At scale on Hopper (the "Hopper path" section, switched on per kernel by CONFIGS), the same
+kernels run in another program order and stream their tiles through TMA descriptors: at B·H =
+128 heads the first order re-reads K and V from memory for every program (the forward's DRAM
+throughput 78% of peak under ncu), the second reads them about once (6%). At the leaderboard case
+(16 heads, whose K and V fit the L2) neither helped, and the first kernels stay.
+
 Two doors to the same kernels, as in exercise 06: under torch.compile the registered triton_ops
 (no graph break: Inductor sees the launches through wrap_triton); in eager mode a plain
 autograd.Function, without the custom-op dispatch's host cost.
 """
 import math
 import struct
+from collections import namedtuple
 
 import torch
 import triton
@@ -32,17 +39,25 @@ from torch.library import triton_op, wrap_triton
 
 LOG2E = 1.4426950408889634
 
-# (BLOCK_M, BLOCK_N, warps, stages) per kernel and head dim for 16-bit inputs on Hopper (sm_90),
-# chosen by a sweep on an H200 at the head dim's benchmark case (D 64: the leaderboard case,
-# causal; D 128: the wide one, not causal; 2026-11-26; benchmarks/flash_attention_sweep.py).
-# fwd and dq: BLOCK_M query rows per program, a multiple of BLOCK_N (the diagonal is walked in
-# BLOCK_N steps); dkdv: (BLOCK_N key rows per program, a multiple of its BLOCK_M, ...).
-CONFIGS = {64: dict(fwd=(128, 64, 8, 3), dkdv=(64, 64, 4, 3), dq=(128, 64, 8, 3)),
-           128: dict(fwd=(128, 128, 8, 3), dkdv=(64, 64, 4, 2), dq=(128, 64, 8, 3))}
+# One kernel's launch. Each program owns `own` rows (queries in the forward and dQ: BLOCK_M; keys
+# in dK/dV: BLOCK_N) and streams the other side past them `step` rows at a time (`own` a multiple
+# of `step`: the causal diagonal is walked in steps); `warps`, and `stages` of software
+# pipelining (tiles loaded ahead while one is computed on). hopper: the Hopper path (below:
+# head-major program order, row tiles); tma: its tiles through TMA descriptors.
+Cfg = namedtuple("Cfg", "own step warps stages hopper tma", defaults=(False, False))
+
+# Per kernel and head dim for 16-bit inputs on Hopper (sm_90), chosen by sweeps on an H200 at the
+# head dim's benchmark case (D 64: the leaderboard case, causal; D 128: the wide one, not causal;
+# 2026-11-26 and 2026-11-28; benchmarks/flash_attention_sweep.py; docs/performance.md). D 128's
+# dQ streams through plain loads: measured 4% faster than through TMA there.
+CONFIGS = {64: dict(fwd=Cfg(128, 64, 8, 3), dkdv=Cfg(64, 64, 4, 3), dq=Cfg(128, 64, 8, 3)),
+           128: dict(fwd=Cfg(128, 128, 8, 3, hopper=True, tma=True),
+                     dkdv=Cfg(64, 64, 4, 2, hopper=True, tma=True),
+                     dq=Cfg(128, 64, 8, 3, hopper=True))}
 # fp32/fp64 (the reference and gradcheck paths): no tensor cores to feed, small tiles
-WIDE = dict(fwd=(32, 32, 4, 1), dkdv=(32, 32, 4, 1), dq=(32, 32, 4, 1))
+WIDE = dict(fwd=Cfg(32, 32, 4, 1), dkdv=Cfg(32, 32, 4, 1), dq=Cfg(32, 32, 4, 1))
 # Triton's CPU interpreter: blocks of 16, so the checks' short sequences span several blocks
-CPU = dict(fwd=(16, 16, 1, 1), dkdv=(16, 16, 1, 1), dq=(16, 16, 1, 1))
+CPU = dict(fwd=Cfg(16, 16, 1, 1), dkdv=Cfg(16, 16, 1, 1), dq=Cfg(16, 16, 1, 1))
 
 
 @triton.jit
@@ -106,24 +121,99 @@ def _key_split(start_m, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL:
     return mid, end
 
 
+# --- the Hopper path ---------------------------------------------------------------------------
+# The kernels below take it where CONFIGS says `hopper` (HOPPER: the same math, two changes):
+#
+# 1. Program order. Programs start in the order of their id. The first kernels' grid, (B·H,
+#    blocks), starts every head's block 0, then every head's block 1, ...: the programs running
+#    at once (132 SMs x 1-2) belong to up to B·H different heads, and each streams its head's
+#    whole K and V. At the wide case (B 4, H 32, S 4096, D 128) that is 128 heads x 2 MB of K, V:
+#    256 MB, over the 60 MB L2, so nearly every tile comes from memory again: 4096 forward
+#    programs x 2 MB = 8 GB, ~2 ms at 4.3 TB/s, the size of the kernel. Head-major order (a 1-D
+#    grid, _program) runs one head's blocks one after another: a wave holds one to four heads,
+#    their tiles stay in L2. Measured there (ncu): the forward's DRAM throughput 78% -> 6% of
+#    peak, dK/dV 49% -> 5%, dQ 69% -> 6%. At the leaderboard case (16 heads: 64 MB, a head's
+#    programs in step) the first order already reads little (6%), and it runs the longest
+#    causal rows of all heads first; the Hopper path's best kernels there were 3% slower inside
+#    a step, so the leaderboard keeps the first kernels.
+# 2. TMA descriptors (_src, _rows). Hopper's copy engine fetches a whole [rows, D] tile into
+#    shared memory from one descriptor (shape, strides, the tile's size): no per-element address
+#    in registers, rows past S zero-filled. Built in the kernel (tl.make_tensor_descriptor), it
+#    needs 128 bytes of global scratch per descriptor (triton.set_allocator, _tma) and 16-byte
+#    aligned rows, so the eager door takes it for aligned inputs and everything else reads the
+#    same row tiles through pointers. The tiles are read as rows and transposed in shared memory
+#    (tl.trans) where a matmul wants kᵀ or qᵀ.
+# Measured (docs/performance.md, "flash-attention"): at D 128 a quarter off the forward and a
+# fifth off forward+backward. Also tried there and left out: Triton's warp specialization of the
+# forward loop (compiled on sm_90 with Triton 3.6, no measurable gain), deeper pipelines, other
+# tiles.
+
+@triton.jit
+def _program(S, BLOCK: tl.constexpr, REVERSE: tl.constexpr):
+    """(batch*head, block) of this program in head-major order, from a 1-D grid of
+    B*H*cdiv(S, BLOCK) programs; REVERSE (causal): a head's longest rows, its last blocks, first."""
+    n_blocks = tl.cdiv(S, BLOCK)
+    pid = tl.program_id(0)
+    off_hz, blk = pid // n_blocks, pid % n_blocks
+    if REVERSE:
+        blk = n_blocks - 1 - blk
+    return off_hz, blk
+
+
+@triton.jit
+def _src(base, S, stride_s, HEAD_D: tl.constexpr, BLOCK: tl.constexpr, TMA: tl.constexpr):
+    """Where a loop streams one head's rows from: its base pointer, or (TMA) a descriptor of
+    its [S, HEAD_D] rows read BLOCK at a time."""
+    if TMA:
+        src = tl.make_tensor_descriptor(base, shape=[S, HEAD_D], strides=[stride_s, 1],
+                                        block_shape=[BLOCK, HEAD_D])
+    else:
+        src = base
+    return src
+
+
+@triton.jit
+def _rows(src, start, offs_d, stride_s, stride_d, S, BLOCK: tl.constexpr,
+          BOUNDS: tl.constexpr, TMA: tl.constexpr):
+    """Rows start ... start + BLOCK of one head, a [BLOCK, D] tile (see _src); BOUNDS: rows at or
+    past S read as 0 (a descriptor zero-fills them itself)."""
+    if TMA:
+        tile = src.load([start, 0])
+    else:
+        rows = start + tl.arange(0, BLOCK)
+        ptrs = src + rows[:, None] * stride_s + offs_d[None, :] * stride_d
+        if BOUNDS:
+            tile = tl.load(ptrs, mask=(rows < S)[:, None], other=0.0)
+        else:
+            tile = tl.load(ptrs)
+    return tile
+
+
 # --- forward -----------------------------------------------------------------------------------
 
 @triton.jit
-def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
+def _fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_kd, stride_vs, stride_vd,
                offs_m, offs_d, lo, hi, S, qk_scale, BLOCK_N: tl.constexpr,
-               CAUSAL: tl.constexpr, MASKED: tl.constexpr, PREC: tl.constexpr):
-    """Key blocks lo, lo + BLOCK_N, ... < hi into (acc, l, m); MASKED: scores _keep drops."""
+               CAUSAL: tl.constexpr, MASKED: tl.constexpr, PREC: tl.constexpr,
+               HOPPER: tl.constexpr, TMA: tl.constexpr):
+    """Key blocks lo, lo + BLOCK_N, ... < hi into (acc, l, m); MASKED: scores _keep drops.
+    k_src, v_src: the head's base pointers (HOPPER: see _src)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        k_ptrs = _ptrs(k_base, offs_n, offs_d, stride_ks, stride_kd, True)    # kᵀ [D, BN]
-        v_ptrs = _ptrs(v_base, offs_n, offs_d, stride_vs, stride_vd, False)   # v [BN, D]
-        if MASKED:
-            kT = tl.load(k_ptrs, mask=offs_n[None, :] < S, other=0.0)
-            v = tl.load(v_ptrs, mask=offs_n[:, None] < S, other=0.0)
+        if HOPPER:  # row tiles, k transposed in shared memory
+            kT = tl.trans(_rows(k_src, start_n, offs_d, stride_ks, stride_kd, S, BLOCK_N,
+                                MASKED, TMA))
+            v = _rows(v_src, start_n, offs_d, stride_vs, stride_vd, S, BLOCK_N, MASKED, TMA)
         else:
-            kT = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
+            k_ptrs = _ptrs(k_src, offs_n, offs_d, stride_ks, stride_kd, True)    # kᵀ [D, BN]
+            v_ptrs = _ptrs(v_src, offs_n, offs_d, stride_vs, stride_vd, False)   # v [BN, D]
+            if MASKED:
+                kT = tl.load(k_ptrs, mask=offs_n[None, :] < S, other=0.0)
+                v = tl.load(v_ptrs, mask=offs_n[:, None] < S, other=0.0)
+            else:
+                kT = tl.load(k_ptrs)
+                v = tl.load(v_ptrs)
         qk = tl.dot(q, kT, input_precision=PREC)             # fp32 (fp64 for fp64 inputs)
         if MASKED:  # finite: a row of only masked keys gives no NaN
             qk = tl.where(_keep(offs_m, offs_n, S, CAUSAL), qk, -1.0e30)
@@ -145,28 +235,32 @@ def _fwd_kernel(Q, K, V, O, LSE,                    # q, k, v: [B, H, S, D] any 
                 stride_vb, stride_vh, stride_vs, stride_vd,
                 H, S, scale_hi, scale_lo,           # scale·log2(e) as two fp32 (fp64 exactness)
                 HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                CAUSAL: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr):
+                CAUSAL: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
+                HOPPER: tl.constexpr, TMA: tl.constexpr):
     acc_ty = tl.float64 if F64 else tl.float32
-    off_hz = tl.program_id(0)
-    start_m = tl.program_id(1)
-    if CAUSAL:  # the longest rows (the last query blocks) first: they run while short ones fill in
-        start_m = tl.num_programs(1) - 1 - start_m
+    if HOPPER:
+        off_hz, start_m = _program(S, BLOCK_M, CAUSAL)
+    else:
+        off_hz = tl.program_id(0)
+        start_m = tl.program_id(1)
+        if CAUSAL:  # the longest rows (the last query blocks) first: they run while short ones
+            start_m = tl.num_programs(1) - 1 - start_m   # fill in
     qk_scale = _join(scale_hi, scale_lo, acc_ty)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     q = _load(_head(Q, off_hz, H, stride_qb, stride_qh), offs_m, offs_d, stride_qs, stride_qd, S)
-    k_base = _head(K, off_hz, H, stride_kb, stride_kh)
-    v_base = _head(V, off_hz, H, stride_vb, stride_vh)
+    k_src = _src(_head(K, off_hz, H, stride_kb, stride_kh), S, stride_ks, HEAD_D, BLOCK_N, TMA)
+    v_src = _src(_head(V, off_hz, H, stride_vb, stride_vh), S, stride_vs, HEAD_D, BLOCK_N, TMA)
     m_i = tl.full([BLOCK_M], float("-inf"), acc_ty)
     l_i = tl.zeros([BLOCK_M], acc_ty)
     acc = tl.zeros([BLOCK_M, HEAD_D], acc_ty)
     mid, end = _key_split(start_m, S, BLOCK_M, BLOCK_N, CAUSAL)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs,
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_kd, stride_vs,
                                stride_vd, offs_m, offs_d, 0, mid, S, qk_scale, BLOCK_N, CAUSAL,
-                               False, PREC)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs,
+                               False, PREC, HOPPER, TMA)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_kd, stride_vs,
                                stride_vd, offs_m, offs_d, mid, end, S, qk_scale, BLOCK_N, CAUSAL,
-                               True, PREC)
+                               True, PREC, HOPPER, TMA)
     row_ok = offs_m < S
     o_ptrs = O + off_hz.to(tl.int64) * S * HEAD_D + offs_m[:, None] * HEAD_D + offs_d[None, :]
     tl.store(o_ptrs, (acc / l_i[:, None]).to(O.dtype.element_ty), mask=row_ok[:, None])
@@ -191,27 +285,35 @@ def _bwd_delta_kernel(O, DO, DELTA,                 # o: contiguous [B, H, S, D]
 
 
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+def _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base,
                 stride_qs, stride_qd, stride_ds, stride_dd, offs_n, offs_d, lo, hi, S, qk_scale,
                 BLOCK_M: tl.constexpr, DIAG: tl.constexpr, BOUNDS: tl.constexpr,
-                PREC: tl.constexpr):
+                PREC: tl.constexpr, HOPPER: tl.constexpr, TMA: tl.constexpr):
     """Query blocks lo, lo + BLOCK_M, ... < hi into this key block's (dk, dv), transposed
     (key rows first): Pᵀ = exp2(qk_scale · k qᵀ - lse2). DIAG: mask queries before the keys;
-    BOUNDS: queries may pass S (lse = inf there: P = 0)."""
+    BOUNDS: queries may pass S (lse = inf there: P = 0). q_src, do_src: the head's base
+    pointers (HOPPER: see _src)."""
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
-        q_ptrs = _ptrs(q_base, offs_m, offs_d, stride_qs, stride_qd, True)      # qᵀ [D, BM]
-        do_ptrs = _ptrs(do_base, offs_m, offs_d, stride_ds, stride_dd, False)   # dO [BM, D]
+        if HOPPER:  # row tiles, q transposed in shared memory
+            q = _rows(q_src, start_m, offs_d, stride_qs, stride_qd, S, BLOCK_M, BOUNDS, TMA)
+            do = _rows(do_src, start_m, offs_d, stride_ds, stride_dd, S, BLOCK_M, BOUNDS, TMA)
+            qT = tl.trans(q)
+        else:
+            q_ptrs = _ptrs(q_src, offs_m, offs_d, stride_qs, stride_qd, True)      # qᵀ [D, BM]
+            do_ptrs = _ptrs(do_src, offs_m, offs_d, stride_ds, stride_dd, False)   # dO [BM, D]
+            if BOUNDS:
+                qT = tl.load(q_ptrs, mask=(offs_m < S)[None, :], other=0.0)
+                do = tl.load(do_ptrs, mask=(offs_m < S)[:, None], other=0.0)
+            else:
+                qT = tl.load(q_ptrs)
+                do = tl.load(do_ptrs)
         if BOUNDS:
             ok = offs_m < S
-            qT = tl.load(q_ptrs, mask=ok[None, :], other=0.0)
-            do = tl.load(do_ptrs, mask=ok[:, None], other=0.0)
             lse = tl.load(lse_base + offs_m, mask=ok, other=float("inf"))  # -> P = 0 there
             delta = tl.load(delta_base + offs_m, mask=ok, other=0.0)
         else:
-            qT = tl.load(q_ptrs)
-            do = tl.load(do_ptrs)
             lse = tl.load(lse_base + offs_m)
             delta = tl.load(delta_base + offs_m)
         qkT = tl.dot(k, qT, input_precision=PREC)
@@ -221,7 +323,10 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
         dv = _mma(pT.to(do.dtype), do, dv, PREC)
         dpT = tl.dot(v, tl.trans(do), input_precision=PREC)
         dsT = pT * (dpT - delta[None, :])
-        dk = _mma(dsT.to(qT.dtype), tl.trans(qT), dk, PREC)
+        if HOPPER:
+            dk = _mma(dsT.to(q.dtype), q, dk, PREC)
+        else:
+            dk = _mma(dsT.to(qT.dtype), tl.trans(qT), dk, PREC)
     return dk, dv
 
 
@@ -233,18 +338,24 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
                      stride_db, stride_dh, stride_ds, stride_dd,
                      H, S, scale_hi, scale_lo, qk_scale_hi, qk_scale_lo,
                      HEAD_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
-                     CAUSAL: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr):
+                     CAUSAL: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
+                     HOPPER: tl.constexpr, TMA: tl.constexpr):
     acc_ty = tl.float64 if F64 else tl.float32
-    off_hz = tl.program_id(0)
-    start_n = tl.program_id(1) * BLOCK_N   # key block 0 sees every query: heaviest first
+    # key block 0 sees every query: heaviest first
+    if HOPPER:
+        off_hz, blk = _program(S, BLOCK_N, False)
+        start_n = blk * BLOCK_N
+    else:
+        off_hz = tl.program_id(0)
+        start_n = tl.program_id(1) * BLOCK_N
     scale = _join(scale_hi, scale_lo, acc_ty)
     qk_scale = _join(qk_scale_hi, qk_scale_lo, acc_ty)
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_D)
     k = _load(_head(K, off_hz, H, stride_kb, stride_kh), offs_n, offs_d, stride_ks, stride_kd, S)
     v = _load(_head(V, off_hz, H, stride_vb, stride_vh), offs_n, offs_d, stride_vs, stride_vd, S)
-    q_base = _head(Q, off_hz, H, stride_qb, stride_qh)
-    do_base = _head(DO, off_hz, H, stride_db, stride_dh)
+    q_src = _src(_head(Q, off_hz, H, stride_qb, stride_qh), S, stride_qs, HEAD_D, BLOCK_M, TMA)
+    do_src = _src(_head(DO, off_hz, H, stride_db, stride_dh), S, stride_ds, HEAD_D, BLOCK_M, TMA)
     lse_base = LSE + off_hz.to(tl.int64) * S
     delta_base = DELTA + off_hz.to(tl.int64) * S
     dk = tl.zeros([BLOCK_N, HEAD_D], acc_ty)
@@ -253,45 +364,56 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
     if CAUSAL:
         # queries before start_n never see these keys: start at the diagonal, masked
         lo = start_n + BLOCK_N
-        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs,
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs,
                              stride_qd, stride_ds, stride_dd, offs_n, offs_d, start_n, lo, S,
-                             qk_scale, BLOCK_M, True, True, PREC)
+                             qk_scale, BLOCK_M, True, True, PREC, HOPPER, TMA)
     else:
         lo = start_n * 0   # a tensor in both branches: tl.maximum below
-    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs,
+    dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs,
                          stride_qd, stride_ds, stride_dd, offs_n, offs_d, lo, full, S, qk_scale,
-                         BLOCK_M, False, False, PREC)
-    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs,
+                         BLOCK_M, False, False, PREC, HOPPER, TMA)
+    dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs,
                          stride_qd, stride_ds, stride_dd, offs_n, offs_d, tl.maximum(lo, full), S,
-                         S, qk_scale, BLOCK_M, False, True, PREC)
+                         S, qk_scale, BLOCK_M, False, True, PREC, HOPPER, TMA)
     out = off_hz.to(tl.int64) * S * HEAD_D + offs_n[:, None] * HEAD_D + offs_d[None, :]
     tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=(offs_n < S)[:, None])
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=(offs_n < S)[:, None])
 
 
 @triton.jit
-def _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
+def _dq_inner(dq, q, do, lse, delta, k_src, v_src, stride_ks, stride_kd, stride_vs, stride_vd,
               offs_m, offs_d, lo, hi, S, qk_scale, BLOCK_N: tl.constexpr,
-              CAUSAL: tl.constexpr, MASKED: tl.constexpr, PREC: tl.constexpr):
-    """Key blocks lo, lo + BLOCK_N, ... < hi into this query block's dq (unscaled)."""
+              CAUSAL: tl.constexpr, MASKED: tl.constexpr, PREC: tl.constexpr,
+              HOPPER: tl.constexpr, TMA: tl.constexpr):
+    """Key blocks lo, lo + BLOCK_N, ... < hi into this query block's dq (unscaled). k_src,
+    v_src: the head's base pointers (HOPPER: see _src)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        k_ptrs = _ptrs(k_base, offs_n, offs_d, stride_ks, stride_kd, True)    # kᵀ [D, BN]
-        v_ptrs = _ptrs(v_base, offs_n, offs_d, stride_vs, stride_vd, True)    # vᵀ [D, BN]
-        if MASKED:
-            kT = tl.load(k_ptrs, mask=offs_n[None, :] < S, other=0.0)
-            vT = tl.load(v_ptrs, mask=offs_n[None, :] < S, other=0.0)
+        if HOPPER:  # row tiles, transposed in shared memory
+            k = _rows(k_src, start_n, offs_d, stride_ks, stride_kd, S, BLOCK_N, MASKED, TMA)
+            v = _rows(v_src, start_n, offs_d, stride_vs, stride_vd, S, BLOCK_N, MASKED, TMA)
+            kT = tl.trans(k)
+            vT = tl.trans(v)
         else:
-            kT = tl.load(k_ptrs)
-            vT = tl.load(v_ptrs)
+            k_ptrs = _ptrs(k_src, offs_n, offs_d, stride_ks, stride_kd, True)    # kᵀ [D, BN]
+            v_ptrs = _ptrs(v_src, offs_n, offs_d, stride_vs, stride_vd, True)    # vᵀ [D, BN]
+            if MASKED:
+                kT = tl.load(k_ptrs, mask=offs_n[None, :] < S, other=0.0)
+                vT = tl.load(v_ptrs, mask=offs_n[None, :] < S, other=0.0)
+            else:
+                kT = tl.load(k_ptrs)
+                vT = tl.load(v_ptrs)
         qk = tl.dot(q, kT, input_precision=PREC)
         p = tl.math.exp2(qk * qk_scale - lse[:, None])
         if MASKED:
             p = tl.where(_keep(offs_m, offs_n, S, CAUSAL), p, 0.0)
         dp = tl.dot(do, vT, input_precision=PREC)
         ds = p * (dp - delta[:, None])
-        dq = _mma(ds.to(kT.dtype), tl.trans(kT), dq, PREC)
+        if HOPPER:
+            dq = _mma(ds.to(k.dtype), k, dq, PREC)
+        else:
+            dq = _mma(ds.to(kT.dtype), tl.trans(kT), dq, PREC)
     return dq
 
 
@@ -303,12 +425,16 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
                    stride_db, stride_dh, stride_ds, stride_dd,
                    H, S, scale_hi, scale_lo, qk_scale_hi, qk_scale_lo,
                    HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   CAUSAL: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr):
+                   CAUSAL: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
+                   HOPPER: tl.constexpr, TMA: tl.constexpr):
     acc_ty = tl.float64 if F64 else tl.float32
-    off_hz = tl.program_id(0)
-    start_m = tl.program_id(1)
-    if CAUSAL:
-        start_m = tl.num_programs(1) - 1 - start_m   # the longest rows first
+    if HOPPER:
+        off_hz, start_m = _program(S, BLOCK_M, CAUSAL)
+    else:
+        off_hz = tl.program_id(0)
+        start_m = tl.program_id(1)
+        if CAUSAL:
+            start_m = tl.num_programs(1) - 1 - start_m   # the longest rows first
     scale = _join(scale_hi, scale_lo, acc_ty)
     qk_scale = _join(qk_scale_hi, qk_scale_lo, acc_ty)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -319,14 +445,16 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
                S)
     lse = tl.load(LSE + off_hz.to(tl.int64) * S + offs_m, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + off_hz.to(tl.int64) * S + offs_m, mask=row_ok, other=0.0)
-    k_base = _head(K, off_hz, H, stride_kb, stride_kh)
-    v_base = _head(V, off_hz, H, stride_vb, stride_vh)
+    k_src = _src(_head(K, off_hz, H, stride_kb, stride_kh), S, stride_ks, HEAD_D, BLOCK_N, TMA)
+    v_src = _src(_head(V, off_hz, H, stride_vb, stride_vh), S, stride_vs, HEAD_D, BLOCK_N, TMA)
     dq = tl.zeros([BLOCK_M, HEAD_D], acc_ty)
     mid, end = _key_split(start_m, S, BLOCK_M, BLOCK_N, CAUSAL)
-    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs,
-                   stride_vd, offs_m, offs_d, 0, mid, S, qk_scale, BLOCK_N, CAUSAL, False, PREC)
-    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs,
-                   stride_vd, offs_m, offs_d, mid, end, S, qk_scale, BLOCK_N, CAUSAL, True, PREC)
+    dq = _dq_inner(dq, q, do, lse, delta, k_src, v_src, stride_ks, stride_kd, stride_vs,
+                   stride_vd, offs_m, offs_d, 0, mid, S, qk_scale, BLOCK_N, CAUSAL, False, PREC,
+                   HOPPER, TMA)
+    dq = _dq_inner(dq, q, do, lse, delta, k_src, v_src, stride_ks, stride_kd, stride_vs,
+                   stride_vd, offs_m, offs_d, mid, end, S, qk_scale, BLOCK_N, CAUSAL, True, PREC,
+                   HOPPER, TMA)
     tl.store(DQ + off_hz.to(tl.int64) * S * HEAD_D + offs_m[:, None] * HEAD_D + offs_d[None, :],
              (dq * scale).to(DQ.dtype.element_ty), mask=row_ok[:, None])
 
@@ -385,31 +513,60 @@ def _direct(kernel):
     return kernel  # the eager door: launch the JIT function itself
 
 
+def _scratch(size: int, alignment: int, stream):
+    """Global memory for the TMA descriptors a kernel builds (128 bytes each)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _tma(cfg, launch, *ts) -> bool:
+    """Stream `ts` through TMA descriptors? Where the config asks for it, on Hopper or later, in
+    the eager door (descriptors built in a kernel need the scratch allocator above, which a
+    launch under torch.compile does not get), and where the copy engine can read every tensor:
+    the last dim contiguous, rows and base 16-byte aligned (a view one element in, every other
+    element of D, or an expanded gradient reads through pointers instead)."""
+    if not (cfg.tma and launch is _direct and ts[0].is_cuda
+            and torch.cuda.get_device_capability(ts[0].device)[0] >= 9):
+        return False
+    size = ts[0].element_size()
+    if not all(t.stride(-1) == 1 and t.stride(-2) > 0 and t.data_ptr() % 16 == 0
+               and all(s * size % 16 == 0 for s in t.stride()[:-1]) for t in ts):
+        return False
+    triton.set_allocator(_scratch)
+    return True
+
+
+def _grid(B, H, S, cfg):
+    """(batch*head, block) programs: 2-D in the first kernels' order, 1-D in the Hopper path's
+    (head-major, _program)."""
+    blocks = triton.cdiv(S, cfg.own)
+    return (B * H * blocks,) if cfg.hopper else (B * H, blocks)
+
+
 def _fwd(q, k, v, o, lse, causal, scale, launch, cfg):
-    BM, BN, warps, stages = cfg
     B, H, S, D = q.shape
-    launch(_fwd_kernel)[(B * H, triton.cdiv(S, BM))](
+    launch(_fwd_kernel)[_grid(B, H, S, cfg)](
         q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), H, S, *_split(scale * LOG2E),
-        HEAD_D=D, BLOCK_M=BM, BLOCK_N=BN, CAUSAL=bool(causal), **_kind(q), num_warps=warps,
-        num_stages=stages)
+        HEAD_D=D, BLOCK_M=cfg.own, BLOCK_N=cfg.step, CAUSAL=bool(causal), **_kind(q),
+        HOPPER=cfg.hopper, TMA=cfg.hopper and _tma(cfg, launch, k, v), num_warps=cfg.warps,
+        num_stages=cfg.stages)
 
 
 def _dkdv(q, k, v, do, lse, delta, dk, dv, causal, scale, launch, cfg):
-    BN, BM, warps, stages = cfg
     B, H, S, D = q.shape
-    launch(_bwd_dkdv_kernel)[(B * H, triton.cdiv(S, BN))](
+    launch(_bwd_dkdv_kernel)[_grid(B, H, S, cfg)](
         q, k, v, do, lse, delta, dk, dv, *q.stride(), *k.stride(), *v.stride(), *do.stride(), H,
-        S, *_split(scale), *_split(scale * LOG2E), HEAD_D=D, BLOCK_N=BN, BLOCK_M=BM,
-        CAUSAL=bool(causal), **_kind(q), num_warps=warps, num_stages=stages)
+        S, *_split(scale), *_split(scale * LOG2E), HEAD_D=D, BLOCK_N=cfg.own, BLOCK_M=cfg.step,
+        CAUSAL=bool(causal), **_kind(q), HOPPER=cfg.hopper,
+        TMA=cfg.hopper and _tma(cfg, launch, q, do), num_warps=cfg.warps, num_stages=cfg.stages)
 
 
 def _dq(q, k, v, do, lse, delta, dq, causal, scale, launch, cfg):
-    BM, BN, warps, stages = cfg
     B, H, S, D = q.shape
-    launch(_bwd_dq_kernel)[(B * H, triton.cdiv(S, BM))](
+    launch(_bwd_dq_kernel)[_grid(B, H, S, cfg)](
         q, k, v, do, lse, delta, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(), H, S,
-        *_split(scale), *_split(scale * LOG2E), HEAD_D=D, BLOCK_M=BM, BLOCK_N=BN,
-        CAUSAL=bool(causal), **_kind(q), num_warps=warps, num_stages=stages)
+        *_split(scale), *_split(scale * LOG2E), HEAD_D=D, BLOCK_M=cfg.own, BLOCK_N=cfg.step,
+        CAUSAL=bool(causal), **_kind(q), HOPPER=cfg.hopper,
+        TMA=cfg.hopper and _tma(cfg, launch, k, v), num_warps=cfg.warps, num_stages=cfg.stages)
 
 
 def _fwd_impl(q, k, v, causal, scale, launch):
