@@ -252,16 +252,11 @@ def _toml_comments(text):
 
 # 13's thresholds and their reasons belong to another change in flight (they cite the benchmark
 # that measured them, not yet the document's section): strict, so the marker goes with the fix
-PENDING_FIGURES = {"exercises/13_flash_attention/exercise.toml"}
-
-
 def _exercise_docs():
     docs = []
     for f in sorted((ROOT / "exercises").glob("*/README.md")) + sorted(
             (ROOT / "exercises").glob("*/exercise.toml")):
-        marks = [pytest.mark.xfail(strict=True, reason="its owner adds the citation")] \
-            if _rel(f) in PENDING_FIGURES else []
-        docs.append(pytest.param(f, marks=marks, id=_rel(f)))
+        docs.append(pytest.param(f, id=_rel(f)))
     return docs
 
 
