@@ -122,10 +122,13 @@ def test_a_failed_build_is_summarized_and_recorded(variant, keep_env):
 def test_grade_builds_ahead_before_the_checks(built, keep_env):
     """`grade --build aot` builds (or finds up to date) each CUDA track's library in the grader,
     before the sandboxed submission process that only loads it."""
+    from grader.common.settings import Settings
     from grader.run.grade import _build_ahead
     from grader.run.progress import Progress
+    from grader.run.tracks import Judges
     out = io.StringIO()
-    _build_ahead(ROOT / "solutions", EX06, CUDA, Progress(out))
+    _build_ahead(Judges(ROOT / "solutions", Settings(build="aot")), EX06, CUDA,
+                 Progress(out).print)
     out = out.getvalue().strip().splitlines()
     assert len(out) == 1 and out[0].startswith("built ahead of time 06_rmsnorm [cuda]: "), out
     assert "rmsnorm_ext.so (up to date, torch " in out[0], out
@@ -137,4 +140,4 @@ def test_unknown_build_mode_is_one_line(configure):
     configure(build="wheel")
     current.cache_clear()
     with pytest.raises(BuildError, match="build mode 'wheel': use jit or aot"):
-        _build(ROOT / "solutions", EX06, CUDA)
+        _build(ROOT / "solutions", EX06, CUDA, None)

@@ -17,7 +17,11 @@ from pathlib import Path
 
 import torch
 import triton
-from torch._C._profiler import _ExperimentalConfig
+
+try:  # every thread's ATen ops (below): a torch without the option profiles the calling thread
+    from torch._C._profiler import _ExperimentalConfig
+except ImportError:
+    _ExperimentalConfig = None
 
 from grader.common import seam
 from grader.common.discover import load_exercise
@@ -75,7 +79,10 @@ class SubmissionServer:
         self._record = torch.autograd.profiler.record_function
         # every thread's ATen ops, not only the calling thread's (a second Python thread doing
         # the op's work with PyTorch must show)
-        self._all_threads = _ExperimentalConfig(profile_all_threads=True)
+        try:
+            self._all_threads = _ExperimentalConfig(profile_all_threads=True)
+        except TypeError:  # (an older torch: the calling thread)
+            self._all_threads = None
         self._watched = watched(SubmissionServer)  # what the evidence rests on, as it was
         #                                     before the submission's code ran (checked after
         #                                     every request)
