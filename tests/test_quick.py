@@ -25,15 +25,18 @@ def test_kept_figures_are_reused_only_when_a_new_look_confirms_them(monkeypatch,
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(baselines, "BASELINES", tmp_path / "baselines")
     monkeypatch.setattr(baselines, "current", lambda: Settings())
-    fns = {"eager": lambda: None, "compile": lambda: None}
+    fns = {"eager": lambda: None, "sdpa": lambda: None, "compile": lambda: None}
 
     first = baselines.baseline_times(EX, None, "forward", fns)
-    assert timed == [["compile", "eager"]] and all("kept" not in t for t in first.values())
-    looks[:] = [1.02, 1.3]  # eager's new look agrees; compile's does not: timed again
-    again = baselines.baseline_times(EX, None, "forward", fns)
-    assert timed[-1] == ["compile"]
+    assert timed == [["compile", "eager", "sdpa"]] and all("kept" not in t for t in first.values())
+    looks[:] = [1.02, 1.3]  # eager's new look agrees, sdpa's does not: sdpa timed again, and
+    again = baselines.baseline_times(EX, None, "forward", fns)  # compile with it (not re-timed:
+    assert timed[-1] == ["compile", "sdpa"]                      # it stands with the others)
     assert again["eager"]["kept"] == first["eager"]["measured"]
-    assert again["eager"]["relooked_ms"] == 1.02 and "kept" not in again["compile"]
+    assert again["eager"]["relooked_ms"] == 1.02 and "kept" not in again["sdpa"]
+    looks[:] = [0.99, 1.01]  # both agree: compile stands with them, nothing timed
+    third = baselines.baseline_times(EX, None, "forward", fns)
+    assert len(timed) == 2 and third["compile"]["with"] == ["eager", "sdpa"]
 
     monkeypatch.setattr(baselines, "current", lambda: Settings(quick=True))
     quick = baselines.baseline_times(EX, None, "forward", fns)
@@ -43,7 +46,7 @@ def test_kept_figures_are_reused_only_when_a_new_look_confirms_them(monkeypatch,
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Other GPU")
     monkeypatch.setattr(baselines, "current", lambda: Settings())
     baselines.baseline_times(EX, None, "forward", fns)
-    assert timed[-1] == ["compile", "eager"]  # another GPU: nothing kept applies
+    assert timed[-1] == ["compile", "eager", "sdpa"]  # another GPU: nothing kept applies
 
 
 def test_a_grade_shares_its_measurement_among_its_tracks(monkeypatch, tmp_path):

@@ -82,7 +82,9 @@ def grade(sub: Submission, progress=None) -> Grade:
     short_tempdir()
     tree, settings = Path(sub.tree).resolve(), sub.settings
     pairs = sub.pairs()
-    jobs = _jobs(sub.jobs, sum(len(_shares(t, settings)) for _, t in pairs))
+    # the shares of a long track run beside the other tracks, not in their place
+    extra = sum(len(_shares(t, settings)) - 1 for _, t in pairs)
+    jobs = _jobs(sub.jobs, len(pairs)) + extra
     # each checking process's share of the cores for torch's CPU ops (grader.run.launch)
     settings = settings.replace(check_threads=max(1, (os.cpu_count() or 2) // jobs))
     if settings.build == "jit" and any(s.endswith(".cpp") for _, t in pairs for s in t.sources):
@@ -232,13 +234,15 @@ def _durations(record: dict | None = None) -> dict:
 
 def _longest_first(pairs):
     """The order the checks start in: the longest last time first (the whole phase is as long
-    as its last track). Never measured here: the tracks that compile first, the heaviest builds
-    (CUTLASS's headers, a pybind11 module's torch/extension.h) before the rest, then higher
-    exercise numbers first (bigger shapes). A fresh clone's `make grade` on 2 cores ended on
+    as its last track). Never measured here: a track checked in shares first (declared long:
+    on a GPU host 13's were last to start behind eight builds, and ended the phase), then the
+    tracks that compile, the heaviest builds (CUTLASS's headers, a pybind11 module's
+    torch/extension.h) before the rest, then higher exercise numbers first (bigger shapes). A fresh clone's `make grade` on 2 cores ended on
     03's build, started last, 17 s after every other track."""
     known = _durations()
     return sorted(pairs, key=lambda p: (-known.get(f"{p[0].id}/{p[1].name}", 1e9),
-                                        -_build_weight(p[1]), -int(p[0].number)))
+                                        -p[1].shards, -_build_weight(p[1]),
+                                        -int(p[0].number)))
 
 
 def _build_weight(track: Track) -> int:

@@ -283,6 +283,7 @@ def performance_text(p: dict, s: Score) -> str:
                 if b.get("kept"):  # measured by an earlier grade on this GPU (and re-timed)
                     cached = f" (kept from {b['kept']}" + (
                         f", re-timed {b['relooked_ms'] * 1e3:.1f} us)" if b.get("relooked_ms")
+                        else f", stands with {', '.join(b['with'])})" if b.get("with")
                         else ", QUICK: not re-timed)")
                 lines.append(f"    vs {name}: {b['ms'] * 1e3:.1f} us{host}{cached} -> "
                              f"{f['speedup'][name]:.2f}x")
