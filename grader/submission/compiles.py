@@ -64,7 +64,7 @@ class Compiles:
                 return launch(executor, *args, **kwargs)
             GridExecutor.__call__ = counted
             return
-        from triton.runtime.jit import JITFunction
+        from triton.runtime.jit import JITFunction  # (as above: the side that runs here)
         compile_one = getattr(JITFunction, "_do_compile", None)
         if compile_one is None:  # a Triton that compiles elsewhere: no figures, nothing else
             return
