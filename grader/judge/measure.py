@@ -26,6 +26,7 @@ The figures go to the event log; the credit they earn is computed by grader.run.
 """
 from __future__ import annotations
 
+import random
 import time
 
 import torch
@@ -190,9 +191,44 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, gr
         if problem:
             problem = f"call {i + 1} of {k}: {problem}"
             break
+    # what a captured call holds fixed (its scalars), per set, for the calls run alone below
+    fixed = [tree_map(lambda v: None if isinstance(v, torch.Tensor) else v, s) for s in sets]
     del sets, dys, outs
+    problem = problem or _each_call_its_own(session, exercise, ref, case, mode, fixed, share,
+                                            limit)
+    _ok(session.request("unstage"))
     torch.cuda.empty_cache()
     return max(wall - noop, 1e-6) * 1e3 / k, problem
+
+
+def _each_call_its_own(session, exercise, ref, case, mode, fixed, share, limit) -> str | None:
+    """The staged calls again, untimed, one at a time in a random order: new values into a
+    set, its call alone, its outputs read before any other call runs. A batch whose calls were
+    served by one launch (the last call computing every set: "superbatching") passes `go`'s
+    check, whose outputs are read after all of them; here the calls that did no work of their
+    own hand back the previous values' answers."""
+    k = len(fixed)
+    for i in random.Random(fresh_seed()).sample(range(k), k):
+        args = _with_fixed(fixed[i], make_inputs(exercise, ref, case, fresh_seed()))
+        dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+        reply = _ok(session.request("prove", index=i, args=share(args),
+                                    dy=share(dy) if dy is not None else None, timeout_s=limit))
+        outs = [o.clone() if isinstance(o, torch.Tensor) else None for o in reply["outs"]]
+        del reply
+        problem = validate(exercise, ref, args, mode, outs, dy)
+        if problem:
+            return (f"call {i + 1} of {k}, run alone on new values, did not compute its own "
+                    f"answer (one launch serving several timed calls?): {problem}")
+    return None
+
+
+def _with_fixed(fixed, fresh):
+    """`fresh`'s tensors with `fixed`'s other arguments (same structure)."""
+    if isinstance(fresh, torch.Tensor):
+        return fresh
+    if isinstance(fresh, (tuple, list)):
+        return type(fresh)(_with_fixed(a, b) for a, b in zip(fixed, fresh))
+    return fixed
 
 
 def _refill(sent, fresh):

@@ -370,6 +370,7 @@ class SubmissionServer:
         # referenced: it holds the set's tensors, memory the judge shared with this process,
         # which is unmapped here when the last reference goes (the graph reads it at replay)
         self.staged = [capture(run) + (run,) for run in steps] if graphs else steps
+        self.staged_inputs = [(args, dys[k] if dys else None) for k, args in enumerate(sets)]
         self.graphs_staged, self.results = graphs, None
         torch.cuda.synchronize()
         return {}
@@ -387,9 +388,31 @@ class SubmissionServer:
 
     def do_collect(self) -> dict:
         """Each set's outputs: a graph's static outputs after its replay, or the calls'."""
-        outs = ([o for _, o, _ in self.staged] if self.graphs_staged else self.results)
-        self.staged = self.results = None
-        return {"outs": outs}
+        return {"outs": [o for _, o, _ in self.staged] if self.graphs_staged else self.results}
+
+    def do_prove(self, index, args, dy) -> dict:
+        """One staged call alone, untimed: the judge's new values (`args`, `dy`) written into
+        set `index`'s memory, that set's replay (or call) and nothing else, then its outputs
+        copied out before any other call runs. Outputs right after `go` show that the batch
+        computed every set; these show that each call computed its own (not one launch serving
+        several timed calls: "superbatching")."""
+        torch = self.torch
+        with torch.no_grad():
+            for dst, src in zip(self.seam.tensors_in(self.staged_inputs[index]),
+                                self.seam.tensors_in((args, dy))):
+                dst.copy_(src)
+        if self.graphs_staged:
+            graph, outs, _ = self.staged[index]
+            graph.replay()
+        else:
+            outs = self.staged[index]()
+        copied = [o.clone() if isinstance(o, torch.Tensor) else None for o in outs]
+        torch.cuda.current_stream().synchronize()
+        return {"outs": copied}
+
+    def do_unstage(self) -> dict:
+        self.staged = self.staged_inputs = self.results = None
+        return {}
 
     def do_run(self, name, args) -> dict:
         """A trusted procedure of the exercise's reference.py, given the track's entry points:
