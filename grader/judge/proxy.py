@@ -12,7 +12,9 @@ modified input). When an argument requires grad the call is an autograd.Function
 backward is another call: the graph stays in the submission's process.
 
 Every call comes back with evidence (the ATen ops and kernels it used, their streams); the
-trust rules (grader.common.trust) turn it into a failed check: delegation, a side stream.
+trust rules (grader.common.trust) turn it into a failed check: delegation, a side stream. The
+kernels in it are held against the launch records (grader.judge.launches) after every reply: a
+report that disagrees with them is tampering.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import weakref
 from pathlib import Path
 
@@ -31,6 +34,7 @@ from grader.common import seam, trust
 from grader.common.processes import describe_exit
 from grader.common.settings import current
 from grader.judge.check import Mismatch, note_call
+from grader.judge.launches import Records
 from grader.judge.spawn import Spawner, key
 
 _BUILTIN = {c.__name__: c for c in (NotImplementedError, ValueError, TypeError, IndexError,
@@ -90,6 +94,8 @@ class Session:
                                     self.sanitizer if isinstance(self.sanitizer, list) else None)
         self.proc, self.conn = started.proc, started.conn
         self.scratch, self.log_path = started.scratch, started.log_path
+        # its launch records, held against the profiler's report after every reply
+        self.records = started.records or Records(None, "", "not started with this session")
         weakref.finalize(self, _kill, self.proc)
 
     # the channel ---------------------------------------------------------------------------
@@ -113,7 +119,7 @@ class Session:
             self._die(f"the submission's process sent a forged message: {e}", kill=True)
         if not isinstance(reply, dict):
             self._die("the submission's process sent something that is not a reply", kill=True)
-        for a in reply.get("attempts") or []:
+        for a in list(reply.get("attempts") or []) + self.records.after(op, payload, reply):
             if a not in self.attempts:
                 self.attempts.append(str(a))
         return reply
@@ -141,6 +147,8 @@ class Session:
                 self.request("exit", timeout_s=10)
             except SubmissionDied:
                 pass
+        if self.records.sock is not None:  # the judge's log: were the records on, and held?
+            print(self.records.summary(), file=sys.stderr, flush=True)
         _kill(self.proc)
 
     # evidence -------------------------------------------------------------------------------

@@ -21,7 +21,9 @@ from pathlib import Path
 
 from grader.common.forking import MODULES, Forker
 from grader.common.paths import ROOT
+from grader.common.preamble import send_preamble
 from grader.common.processes import child_env
+from grader.judge.launches import Records, open_records
 
 
 @dataclass
@@ -31,6 +33,7 @@ class SubmissionProcess:
     scratch: str          # its working folder (the only place it may write, with its caches)
     log_path: Path        # its stdout and stderr
     key: tuple            # what it was started for: (tree, exercise id, track, protected paths)
+    records: Records | None = None  # its launch records (grader.judge.launches)
 
 
 def key(tree: Path, exercise_id: str, track: str, protect=()) -> tuple:
@@ -58,6 +61,13 @@ class Spawner:
         scratch = tempfile.mkdtemp(prefix="grader-submission-", dir=self.scratch_in)
         log_path = Path(scratch) / "submission.log"
         ours, theirs = socket.socketpair()
+        # the launch records' socket, passed on the socket's first message (a zygote renumbers
+        # passed descriptors); none under compute-sanitizer, which holds CUPTI itself
+        records, their_records, preamble = open_records(
+            "compute-sanitizer holds CUPTI" if prefix else None)
+        send_preamble(ours, preamble, their_records)
+        if their_records is not None:
+            os.close(their_records)  # in flight now: the process receives its own copy
         conn = Connection(ours.detach())
         fd = theirs.detach()
         cmd = [sys.executable, "-m", "grader.submission", "--fd", str(fd), "--tree", str(tree),
@@ -74,4 +84,4 @@ class Spawner:
                                         stdin=subprocess.DEVNULL, pass_fds=(fd,))
         os.close(fd)
         return SubmissionProcess(proc, conn, scratch, log_path,
-                                 key(tree, exercise_id, track, protect))
+                                 key(tree, exercise_id, track, protect), records)

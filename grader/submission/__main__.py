@@ -8,7 +8,9 @@ imported it: makes the file system read-only except its scratch folder and the t
 caches (Linux Landlock, where the kernel has it); fences its signals, so that it cannot kill the
 judge or the grader (Landlock's scope, or a seccomp filter: grader.submission.sandbox); records attempts to
 write into the repository (an audit hook); poisons fresh allocations with NaN; and wraps every call in torch.profiler, so
-the judge sees which PyTorch ops and kernels the submission's op used and on which stream. What
+the judge sees which PyTorch ops and kernels the submission's op used and on which stream (and
+records the kernels launched below Python too, for the judge to hold that report against:
+grader.submission.launches). What
 this process reports is evidence the judge weighs, never a verdict: the judge compares values
 itself, keeps its own clock and re-checks the repository by hash.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 
 # Nothing imported at the top imports torch: the early rebuild starts before torch does.
 from grader.common.paths import build_dir, submission_caches
+from grader.common.preamble import recv_preamble
 from grader.common.pyfile import source_only_under
 from grader.common.settings import current
 from grader.submission.early import start_early_rebuild
@@ -61,6 +64,8 @@ def main(argv=None) -> int:
     p.add_argument("--early-report", type=Path, help="the report of an early rebuild started "
                                                      "for this process (the watch loop)")
     args = p.parse_args(argv)
+    # the judge's first message: the launch records' extension and socket (used below)
+    preamble, records_fd = recv_preamble(args.fd)
     os.chdir(args.scratch)
     _set_env(args)
     roots = _writable_roots(args)
@@ -75,11 +80,15 @@ def main(argv=None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
     # the server imports Triton: only after the line above
     from grader.submission.server import SubmissionServer
+    from grader.submission.launches import open_launches  # (as above: it imports torch)
     conn = Connection(args.fd)
     attempts = Attempts([Path(x) for x in args.protect], roots)
     sys.addaudithook(attempts.hook)  # permanent: no Python code can remove it
     state = close_filesystem(roots)
     server = SubmissionServer(args, conn, attempts, state, early)  # poisons fresh memory
+    # the launch records, set up before any submission code runs (the server's profiler and
+    # marker kernel in hand)
+    server.launches = open_launches(preamble, records_fd, server)
     gc.freeze()  # the grader's imports, out of the collector's sight (as in grader.judge)
     server.serve()
     return 0

@@ -33,6 +33,7 @@ from grader.common.trust import allowed_ops
 from grader.submission.build_errors import BuildError
 from grader.submission.compiles import Compiles
 from grader.submission.evidence import analyse, redirected, watched
+from grader.submission.launches import OFF
 from grader.submission.loader import load_track
 
 
@@ -89,6 +90,7 @@ class SubmissionServer:
         self._marker = torch.zeros(1, device="cuda") if self.gpu else None
         self._wrap_triton()
         self.compiles = Compiles()  # where a grade's seconds go: figures, never evidence
+        self.launches = OFF  # the launch records (grader.submission.launches), set by the main
         self.compiles.install(interpreted=os.environ.get("TRITON_INTERPRET") == "1")
 
     def _wrap_triton(self) -> None:
@@ -440,7 +442,8 @@ class SubmissionServer:
         self.observing = True
         try:
             with self._profile(use_cpu=True, use_device="cuda" if self.gpu else None,
-                               use_kineto=True, experimental_config=self._all_threads) as prof:
+                               use_kineto=True, experimental_config=self._all_threads) as prof, \
+                    self.launches.window():  # this call's launch records, judged by the judge
                 if self.gpu:
                     with self._record("grader::marker"):
                         self._marker.zero_()  # a kernel on the caller's current stream
