@@ -117,7 +117,7 @@ def run(cmd, log, timeout, env=None):
 def main() -> int:
     began = time.time()
     OUT.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     sys.path.insert(0, str(ROOT))
     from grader.judge.launches_build import built
     t = time.time()

@@ -78,9 +78,8 @@ def main(argv=None) -> int:
     import torch  # after the early rebuild's start (above)
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
-    # the server imports Triton: only after the line above
-    from grader.submission.server import SubmissionServer
     from grader.submission.launches import open_launches  # (as above: it imports torch)
+    from grader.submission.server import SubmissionServer  # imports Triton: after the above
     conn = Connection(args.fd)
     attempts = Attempts([Path(x) for x in args.protect], roots)
     sys.addaudithook(attempts.hook)  # permanent: no Python code can remove it

@@ -1,6 +1,6 @@
 """Server: what the submission's process serves the judge, one request at a time, over its
 socket: load the track, call the op (observed by the profiler), its backward, opcheck,
-torch.compile, a CUDA-graph capture, the timing loop and the validated batch (grader.judge.measure).
+torch.compile, and (grader.submission.timed) the timing loop and the validated batch.
 
 Made by grader.submission (the process's main) after its sandbox is up and before any of the
 submission's code runs: the functions the evidence rests on are bound here first, and checked
@@ -28,13 +28,13 @@ from grader.common.discover import load_exercise
 from grader.common.paths import EXERCISES
 from grader.common.poison import poison_fresh_memory
 from grader.common.pyfile import LoadError
-from grader.common.timing import capture, host_ms, make_step, time_step
 from grader.common.trust import allowed_ops
 from grader.submission.build_errors import BuildError
 from grader.submission.compiles import Compiles
 from grader.submission.evidence import analyse, redirected, watched
 from grader.submission.launches import OFF
 from grader.submission.loader import load_track
+from grader.submission.timed import Timed
 
 
 def _param_names(fn) -> list[str] | None:
@@ -51,7 +51,7 @@ def _param_names(fn) -> list[str] | None:
 
 # --- what the judge may ask ----------------------------------------------------------------------
 
-class SubmissionServer:
+class SubmissionServer(Timed):
     """Serves the judge's requests, one at a time, over the socket."""
 
     def __init__(self, args, conn, attempts, sandbox_state, early: Path | None = None):
@@ -314,107 +314,6 @@ class SubmissionServer:
     def do_stats(self) -> dict:
         """The Triton specializations compiled so far (grader.submission.compiles)."""
         return self.compiles.stats()
-
-    def _unpoisoned(self) -> None:
-        """Timing measures the op, not the grader: fresh allocations stop being NaN-filled (a
-        fill is a full extra write pass). A timing has a submission process of its own."""
-        poison_fresh_memory(False)
-
-    def _timed(self, entry, wrap):
-        """What a timing calls: the entry point, or (`wrap`, make bench's model around the op)
-        the exercise's reference.<wrap>(entry point) under torch.compile, as a user runs it."""
-        if wrap is None:
-            return getattr(self.impl, entry)
-        return self._target(("compiled", entry, wrap))
-
-    def do_time(self, entry, args, mode, grad_args, dy, wrap=None) -> dict:
-        """The op's GPU time (grader.common.timing.time_step: graph replay, L2 flushed; events if it
-        cannot be captured, with the reason) and its host cost, on the judge's inputs."""
-        self._unpoisoned()
-        run = make_step(self._timed(entry, wrap), args, mode, grad_args, dy)
-        t = time_step(run)
-        error = t.pop("capture_error", None)
-        if error is not None:
-            t["capture_error"] = self._error(error)
-        t["host_ms"] = host_ms(run)
-        return t
-
-    def do_capture(self, entry, args, mode, grad_args, dy, wrap=None) -> dict:
-        """Can one step be captured in a CUDA graph? (The check "capturable": training and
-        serving stacks capture their steps.) The reason and the learner's line if not."""
-        self._unpoisoned()
-        try:
-            graph, outs = capture(make_step(self._timed(entry, wrap), args, mode, grad_args, dy))
-            graph.replay()
-            self.torch.cuda.synchronize()
-        except Exception as e:
-            self.torch.cuda.synchronize()
-            return {"capturable": False, "error": self._error(e)}
-        finally:
-            poison_fresh_memory()  # the checks go on: fresh memory is poisoned again
-        return {"capturable": True}
-
-    def do_stage(self, entry, warmup, sets, mode, grad_args, dys, wrap=None,
-                 graphs=True) -> dict:
-        """Receive a validated batch (opening shared memory is not the op's time), warm up on an
-        input set of its own that is never timed, and (`graphs`) capture one graph per input set,
-        each reading that set's memory: the judge then writes new values into every set before
-        `go`, so a replay computes from inputs it has never seen. Without `graphs` (an op that
-        cannot be captured) `go` calls the op eagerly on each set."""
-        torch = self.torch
-        self._unpoisoned()
-        fn = self._timed(entry, wrap)
-        w_args, w_dy = warmup
-        make_step(fn, w_args, mode, grad_args, w_dy)()
-        steps = [make_step(fn, args, mode, grad_args, dys[k] if dys else None)
-                 for k, args in enumerate(sets)]
-        # (graph, its static outputs, the step) per set; or the eager step. The step stays
-        # referenced: it holds the set's tensors, memory the judge shared with this process,
-        # which is unmapped here when the last reference goes (the graph reads it at replay)
-        self.staged = [capture(run) + (run,) for run in steps] if graphs else steps
-        self.staged_inputs = [(args, dys[k] if dys else None) for k, args in enumerate(sets)]
-        self.graphs_staged, self.results = graphs, None
-        torch.cuda.synchronize()
-        return {}
-
-    def do_go(self) -> dict:
-        """Back-to-back replays (or calls), one per staged input set; answer when the stream is
-        done. The judge times this request with its own clock."""
-        if self.graphs_staged:
-            for graph, _, _ in self.staged:
-                graph.replay()
-        else:
-            self.results = [run() for run in self.staged]
-        self.torch.cuda.current_stream().synchronize()
-        return {}
-
-    def do_collect(self) -> dict:
-        """Each set's outputs: a graph's static outputs after its replay, or the calls'."""
-        return {"outs": [o for _, o, _ in self.staged] if self.graphs_staged else self.results}
-
-    def do_prove(self, index, args, dy) -> dict:
-        """One staged call alone, untimed: the judge's new values (`args`, `dy`) written into
-        set `index`'s memory, that set's replay (or call) and nothing else, then its outputs
-        copied out before any other call runs. Outputs right after `go` show that the batch
-        computed every set; these show that each call computed its own (not one launch serving
-        several timed calls: "superbatching")."""
-        torch = self.torch
-        with torch.no_grad():
-            for dst, src in zip(self.seam.tensors_in(self.staged_inputs[index]),
-                                self.seam.tensors_in((args, dy))):
-                dst.copy_(src)
-        if self.graphs_staged:
-            graph, outs, _ = self.staged[index]
-            graph.replay()
-        else:
-            outs = self.staged[index]()
-        copied = [o.clone() if isinstance(o, torch.Tensor) else None for o in outs]
-        torch.cuda.current_stream().synchronize()
-        return {"outs": copied}
-
-    def do_unstage(self) -> dict:
-        self.staged = self.staged_inputs = self.results = None
-        return {}
 
     def do_run(self, name, args) -> dict:
         """A trusted procedure of the exercise's reference.py, given the track's entry points:
