@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(os.environ.get("OUT") or ROOT / "out")
-BUDGET = 225  # seconds, the whole run
+BUDGET = int(os.environ.get("LAUNCHES_BUDGET", 225))  # seconds, the whole run
 
 PROBE = r'''
 import json, os, sys, time
@@ -126,7 +126,8 @@ def main() -> int:
     if so is None:
         return 1
     run([sys.executable, "-c", PROBE], "probe-takeover.log", 45, env)
-    run([sys.executable, "-c", PROBE], "probe-daemon.log", 45, {**env, "KINETO_USE_DAEMON": "1"})
+    if "set-up: ready" not in (OUT / "probe-takeover.log").read_text():  # the fallback's probe
+        run([sys.executable, "-c", PROBE], "probe-daemon.log", 45, {**env, "KINETO_USE_DAEMON": "1"})
     left = BUDGET - (time.time() - began)
     run([sys.executable, "-m", "pytest", "tests/test_launches.py", "-v", "-rA",
          "-p", "no:cacheprovider", f"--junitxml={OUT / 'junit.xml'}"], "pytest.log", left, env)

@@ -343,9 +343,11 @@ def test_a_report_rewritten_in_flight_is_caught_by_the_records_alone(variant, co
 
 
 @pytest.mark.gpu
-def test_a_replaced_analysis_is_caught_by_the_records_too(variant, configure):
-    """tests/test_trust.py's forgery (the evidence's analysis replaced): the watched functions
-    see it, and now the records as well."""
+def test_a_replaced_analysis_is_caught_and_the_report_stays_true(variant, configure):
+    """tests/test_trust.py's forgery (the evidence's analysis replaced in its module): the
+    watched functions see it. The server analyses with the function it bound before the
+    submission loaded, so the report stays true and the records agree with it: no second
+    accusation (an H200, 2026-11-28: only "replaced ...analyse")."""
     configure(select="matches_reference or length_one")
     tree = variant("01_vector_add", "triton", {"vector_add.py": [
         ("import torch\n", "import torch\nimport grader.submission.evidence as _e\n"
@@ -354,8 +356,7 @@ def test_a_replaced_analysis_is_caught_by_the_records_too(variant, configure):
     r, s = _grade(tree, "01")
     _records_line(r)
     assert any("replaced grader.submission.evidence.analyse" in t for t in r.tampering)
-    assert any(t.startswith(L.REWRITTEN) and "marker kernel" in t for t in r.tampering), \
-        r.tampering
+    assert not any(t.startswith(L.REWRITTEN) for t in r.tampering), r.tampering
     assert s.total == 0
 
 
