@@ -1,3 +1,4 @@
+import ctypes
 import dataclasses
 import json
 import os
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from grader.common.machine import landlock_abi
 from grader.common.settings import VARIABLE, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,10 +39,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def make_variant(tree: Path, exercise: str, track: str, edits: dict) -> Path:
-    """Copy solutions/<exercise>/<track> into `tree` and apply `edits` ({file: [(old, new)]},
-    each `old` replaced once): a known-bad submission. Each `old` must occur in the solution, so
-    a changed solution fails loudly here, naming what is missing."""
+def make_variant(tree: Path, exercise: str, track: str, edits: dict,
+                 files: dict | None = None) -> Path:
+    """Copy solutions/<exercise>/<track> into `tree`, apply `edits` ({file: [(old, new)]}, each
+    `old` replaced once) and write `files` ({file: whole content}): a known-bad submission. Each
+    `old` must occur in the solution, so a changed solution fails loudly here, naming what is
+    missing."""
     src = ROOT / "solutions" / exercise / track
     dst = tree / exercise / track
     shutil.copytree(src, dst)
@@ -50,7 +54,24 @@ def make_variant(tree: Path, exercise: str, track: str, edits: dict) -> Path:
             assert old in text, f"{old!r} not in solutions/{exercise}/{track}/{name}"
             text = text.replace(old, new, 1)
         (dst / name).write_text(text)
+    for name, text in (files or {}).items():
+        (dst / name).parent.mkdir(parents=True, exist_ok=True)
+        (dst / name).write_text(text)
     return tree
+
+
+def signal_fence(mode: str) -> str:
+    """The state line the sandbox reports with the signal fence `mode` up (auto: Landlock's
+    scope, ABI 6+; seccomp: the fallback filter, libseccomp); skip where this machine cannot
+    put it up (a submission that signals out would then reach the grader's processes)."""
+    if mode == "auto" and landlock_abi() < 6:
+        pytest.skip(f"Landlock ABI {landlock_abi()} has no signal scope (Linux 6.12+)")
+    if mode == "seccomp":
+        try:
+            ctypes.CDLL("libseccomp.so.2")
+        except OSError:
+            pytest.skip("no libseccomp.so.2 here: the seccomp fallback cannot be put up")
+    return "signals: Landlock scope" if mode == "auto" else "signals: seccomp filter"
 
 
 @pytest.fixture

@@ -1,153 +1,43 @@
 """Known-bad submissions, declared beside their exercise: each is caught, with the right reason.
 
-Every `exercises/NN_name/wrong/<name>.toml` is one bad submission: the solution with a few text
-edits, the checks that should catch it, and what must happen. This module builds each one from
-today's solution (conftest.make_variant), grades it through the grader's one path
+Every `exercises/NN_name/wrong/<name>.toml` is one bad submission, a wrong answer or a cheat:
+the solution with a few changes, the settings its grade needs, and what must happen (the
+schema: grader/common/known_bad.py). This module builds each one from today's solution
+(conftest.make_variant), grades it through the grader's one path
 (grader.run.grade.grade_track) and compares the result with the file's `expect`.
 
-    why = "one line: what the bad submission does"
-    track = "triton"
-    select = "test_large_magnitudes"   # optional: a pytest -k expression of the checks to run
-    gpu = false                        # true: it is only caught on a GPU (skipped elsewhere)
-    bench = false                      # true: the timing must run (performance problems)
-    [edits]                            # file of the track -> [[old, new], ...]; each old occurs
-    "softmax.py" = [["e = tl.exp(x - m)", "e = tl.exp(x)"]]
-    [expect]
-    failed = { "test_large_magnitudes" = ["exp overflowed"] }
-
-`expect` (at least one entry):
-    failed = {check = spec}        the check failed; its failure messages meet `spec`
-    crashed = {check = spec}       the check crashed (the submission's process died in it)
-    if_failed = {check = spec}     where the check failed, its messages meet `spec` (it need not)
-    caught = {checks = [...], messages = [needle, ...]}
-                                   at least one of these checks failed; their failure messages,
-                                   together, hold every needle
-    not_failed = [check, ...]      none of its instances failed or crashed
-    passed = [check, ...]          it ran, and every instance of it passed
-    build_failed = [needle, ...]   the build failed, with these in its message
-    tampering = [needle, ...]      the grader saw the submission change or write these paths
-    performance_problem = [needle, ...]  the timing found a problem (`bench = true`)
-
-A check is named as the grade reports it: "test_x" means every instance of test_x,
-"test_x[cpu-torch.float32]" one instance, "test_x[cuda" the instances whose id starts so.
-"{device}" stands for the device a Triton track's checks run on here ("cuda" or "cpu").
-A spec is a list of needles every failed instance's message must hold, or a table:
-{each = [...], any = [...], lacks = [...]}: `each` as the list, `any`: some failed instance holds
-all of these, `lacks`: no failed instance's message contains any of these. A needle is a
-substring; "^text" means the message starts with text; a list of needles means any one of them.
-Unless `build_failed` is expected, the build must succeed.
-
-Every variant runs with CI=1 (the grader's "grader-ci" Hypothesis profile: the same examples
-every run, as in CI), so a red result is a real change and never noise.
+Every grade here takes hypothesis' "fixed" examples (Settings.examples: the same 6 every run),
+so a red result is a real change and never noise.
 """
 from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
-from conftest import HAS_GPU, ROOT, make_variant
-from grader.common.discover import discover
+from conftest import HAS_GPU, ROOT, make_variant, signal_fence
+from grader.common.discover import discover, known_bad
+from grader.common.known_bad import KnownBad, KnownBadError, load
+from grader.common.paths import CACHE
 from grader.run.grade import grade_track
 from grader.run.launch import child_env
 from grader.run.results import Check, TrackResult
+from grader.run.score import Score, score
+from grader.run.snapshot import Snapshot
 
-DECLARED = sorted((ROOT / "exercises").glob("*/wrong/*.toml"))
 EXERCISES = {ex.id: ex for ex in discover()}
+DECLARED = sorted((ROOT / "exercises").glob("*/wrong/*.toml"))
 DEVICE = "cuda" if HAS_GPU else "cpu"
 
-FIELDS = {"why": str, "track": str, "select": str, "gpu": bool, "bench": bool, "edits": dict,
-          "expect": dict}
-REQUIRED = ("why", "track", "edits", "expect")
-SPEC_KEYS = ("each", "any", "lacks")
-EXPECT = {"failed", "crashed", "if_failed", "caught", "not_failed", "passed", "build_failed",
-          "tampering", "performance_problem"}
+
+def declaration(path: Path) -> KnownBad:
+    return load(path, EXERCISES[path.parent.parent.name].tracks)
 
 
-class Declaration:
-    """One wrong/*.toml, its fields checked: an unknown or mistyped field names the file."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.exercise = path.parent.parent.name
-        self.name = path.stem
-        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{where}: not valid TOML: {e}") from None
-
-        def bad(problem):
-            return ValueError(f"{where}: {problem}")
-        unknown = sorted(set(data) - set(FIELDS))
-        if unknown:
-            raise bad(f"unknown field(s) {unknown}; known: {sorted(FIELDS)}")
-        for key in REQUIRED:
-            if key not in data:
-                raise bad(f"missing field {key!r}")
-        for key, value in data.items():
-            if not isinstance(value, FIELDS[key]):
-                raise bad(f"{key} must be a {FIELDS[key].__name__}, not {value!r}")
-        ex = EXERCISES.get(self.exercise)
-        if ex is None:
-            raise bad(f"{self.exercise} is not an exercise")
-        if data["track"] not in ex.tracks:
-            raise bad(f"no track {data['track']!r} in {self.exercise} (tracks: {list(ex.tracks)})")
-        for file, pairs in data["edits"].items():
-            if not (isinstance(pairs, list) and pairs and all(
-                    isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p)
-                    for p in pairs)):
-                raise bad(f"edits.{file!r} must be a list of [old, new] string pairs")
-        expect = data["expect"]
-        if not expect:
-            raise bad("expect is empty: say what must happen")
-        unknown = sorted(set(expect) - EXPECT)
-        if unknown:
-            raise bad(f"unknown expect field(s) {unknown}; known: {sorted(EXPECT)}")
-        for key in ("failed", "crashed", "if_failed"):
-            for check, spec in expect.get(key, {}).items():
-                _check_spec(spec, lambda p: bad(f"expect.{key}.{check!r}: {p}"))
-        if "caught" in expect:
-            c = expect["caught"]
-            if set(c) != {"checks", "messages"} or not c["checks"]:
-                raise bad("expect.caught is {checks = [...], messages = [...]}")
-            _check_needles(c["messages"], lambda p: bad(f"expect.caught.messages: {p}"))
-        for key in ("not_failed", "passed"):
-            if not all(isinstance(s, str) for s in expect.get(key, [])):
-                raise bad(f"expect.{key} is a list of check names")
-        for key in ("build_failed", "tampering", "performance_problem"):
-            if key in expect:
-                _check_needles(expect[key], lambda p: bad(f"expect.{key}: {p}"))
-        if "performance_problem" in expect and not data.get("bench"):
-            raise bad("expect.performance_problem needs bench = true (the timing finds it)")
-        self.why, self.track = data["why"], data["track"]
-        self.select, self.edits = data.get("select"), data["edits"]
-        self.gpu, self.bench = data.get("gpu", False), data.get("bench", False)
-        self.expect = expect
-
-    def build(self, tmp: Path) -> Path:
-        return make_variant(tmp, self.exercise, self.track, self.edits)
-
-
-def _check_needles(needles, bad):
-    if not isinstance(needles, list) or not all(
-            isinstance(n, str) or (isinstance(n, list) and n and all(isinstance(s, str) for s in n))
-            for n in needles):
-        raise bad("a list of needles (a string, or a list of strings: any one of them)")
-
-
-def _check_spec(spec, bad):
-    if isinstance(spec, dict):
-        unknown = sorted(set(spec) - set(SPEC_KEYS))
-        if unknown:
-            raise bad(f"unknown spec field(s) {unknown}; known: {list(SPEC_KEYS)}")
-        for needles in spec.values():
-            _check_needles(needles, bad)
-    else:
-        _check_needles(spec, bad)
+def build(kb: KnownBad, tree: Path) -> Path:
+    return make_variant(tree, kb.exercise, kb.track, kb.edits, kb.files)
 
 
 # --- comparing a grade with what was expected --------------------------------------------------
@@ -162,16 +52,16 @@ def _instances(result, key: str) -> list:
     return [c for c in result.checks if _names(c.name, key)]
 
 
-def _keys(expect: dict) -> list[str]:
-    """Every check an expectation names."""
-    return [*expect.get("failed", {}), *expect.get("crashed", {}), *expect.get("if_failed", {}),
-            *expect.get("not_failed", []), *expect.get("passed", []),
-            *expect.get("caught", {}).get("checks", [])]
-
-
 def _holds(message: str, needle) -> bool:
     options = needle if isinstance(needle, list) else [needle]
     return any(message.startswith(n[1:]) if n.startswith("^") else n in message for n in options)
+
+
+def _said(what: str, text: str, needles) -> list[str]:
+    """`what` happened (text is what it said) and says every needle."""
+    if not text:
+        return [f"{what}: nothing (it should have happened)"]
+    return [f"{what} lacks {n!r}: {text[-600:]!r}" for n in needles if not _holds(text, n)]
 
 
 def _spec_problems(key: str, failed: list, spec) -> list[str]:
@@ -190,28 +80,17 @@ def _spec_problems(key: str, failed: list, spec) -> list[str]:
     return out
 
 
-def mismatches(decl_expect: dict, result) -> list[str]:
-    """What differs between a grade and the declaration's `expect` (empty: as expected)."""
-    e, out = decl_expect, []
-    if "build_failed" in e:
-        if result.build.get("ok"):
-            out.append("the build succeeded; it should have failed")
-        else:
-            msg = result.build.get("message", "") or ""
-            out += [f"the build message lacks {n!r}" for n in e["build_failed"]
-                    if not _holds(msg, n)]
-        return out
-    if not result.build.get("ok"):
-        return [f"the build failed: {str(result.build.get('message', ''))[-2000:]}"]
+def _check_problems(e: dict, result) -> list[str]:
+    """What differs in the checks' outcomes."""
+    out = []
     for key, outcome in (("failed", "failed"), ("crashed", "crashed"), ("if_failed", "failed")):
         for check, spec in e.get(key, {}).items():
             runs = _instances(result, check)
             hit = [c for c in runs if c.outcome == outcome]
             if not hit:
-                if key == "if_failed":
-                    continue
-                out.append(f"{check} did not {outcome[:-2] if outcome == 'crashed' else 'fail'}"
-                           f" ({[(c.name, c.outcome) for c in runs] or 'no such check ran'})")
+                if key != "if_failed":
+                    out.append(f"{check} did not {'crash' if outcome == 'crashed' else 'fail'}"
+                               f" ({[(c.name, c.outcome) for c in runs] or 'no such check ran'})")
                 continue
             if key == "crashed" and len(hit) < len([c for c in runs if c.outcome != "not run"]):
                 out.append(f"{check}: not every instance that ran crashed "
@@ -234,81 +113,125 @@ def mismatches(decl_expect: dict, result) -> list[str]:
         runs = _instances(result, check)
         if not runs or any(c.outcome != "passed" for c in runs):
             out.append(f"{check} must run and pass: {[(c.name, c.outcome) for c in runs]}")
-    if "tampering" in e:
-        seen = "\n".join(result.tampering)
-        out += [f"no tampering with {n!r} was reported" for n in e["tampering"]
-                if not _holds(seen, n)]
-    if "performance_problem" in e:
-        problem = (result.performance or {}).get("problem") or ""
-        out += [f"the timing's problem ({problem!r}) lacks {n!r}"
-                for n in e["performance_problem"] if not _holds(problem, n)]
+    if "reported" in e:
+        out += [f"{c.name} was reported, and is not one of {e['reported']}" for c in result.checks
+                if not any(_names(c.name, k) for k in e["reported"])]
+        out += [f"{k} was not reported" for k in e["reported"] if not _instances(result, k)]
+    return out
+
+
+def mismatches(e: dict, result, points: Score) -> list[str]:
+    """What differs between a grade (and its score) and a declaration's `expect` (empty: as
+    expected). repository_unchanged is compared by the test, around the grade."""
+    built = bool(result.build.get("ok"))
+    message = str(result.build.get("message") or "")
+    out = []
+    if "build_failed" in e:
+        out += (["the build succeeded; it should have failed"] if built
+                else _said("the build's message", message, e["build_failed"]))
+    if "ended" in e:
+        why = "\n".join(text for text in (message if not built else "", result.ended) if text)
+        out += _said("how the track ended early", why, e["ended"])
+    if not built and not {"build_failed", "ended"} & set(e):
+        out.append(f"the build failed: {message[-2000:]}")
+    if built:
+        out += _check_problems(e, result)
+    for key, what, text in (
+            ("tampering", "the tampering reported", "\n".join(result.tampering)),
+            ("needs_review", "the review's findings", "\n".join(result.review)),
+            ("sandbox", "the sandbox's state line", str(result.build.get("sandbox") or "")),
+            ("performance_problem", "the timing's problem",
+             str((result.performance or {}).get("problem") or ""))):
+        if key in e:
+            out += _said(what, text, e[key])
+    if "performance_problem" in e and points.credit:
+        out.append(f"the track earned performance credit {points.credit} despite the problem")
+    if e.get("score_zero") and points.total:
+        out.append(f"the track scored {points.total} points; it should score 0 ({points})")
     return out
 
 
 def _what_happened(result) -> str:
     return (f"outcomes: {[(c.name, c.outcome, c.message[:300]) for c in result.checks]}\n"
             f"build: {result.build}\nended: {result.ended!r}; tampering: {result.tampering}; "
-            f"performance: {result.performance}\nlog tail:\n{result.log_tail}")
+            f"review: {result.review}; performance: {result.performance}\n"
+            f"log tail:\n{result.log_tail}")
+
+
+def _repository() -> dict:
+    """Every file of the repository (outside the grader's caches) with its bytes."""
+    return Snapshot.take([ROOT], skip={str(CACHE)}).files
 
 
 # --- the tests ---------------------------------------------------------------------------------
 
-def _raw(path: Path) -> dict:
-    """The file's fields, unchecked (test_declaration_is_valid checks them): {} if unreadable."""
+def _lenient(path: Path) -> KnownBad | None:
+    """The declaration, or None where it is bad: read so to make the tests' parameters, it must
+    not stop the collection (test_declaration_is_valid says what is wrong with it)."""
     try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError:
-        return {}
+        return declaration(path)
+    except (KnownBadError, KeyError):
+        return None
 
 
 def _param(path: Path, graded: bool):
-    """One declaration as a test parameter; graded, one that needs a GPU is marked `gpu`."""
-    gpu = _raw(path).get("gpu", False) is True
+    """One declaration as a test parameter; graded, one caught only on a GPU is marked `gpu`."""
+    gpu = getattr(_lenient(path), "gpu", False)
     return pytest.param(path, id=f"{path.parent.parent.name}/{path.stem}",
                         marks=[pytest.mark.gpu] if gpu and graded else [])
 
 
-def test_there_are_declarations():
-    assert DECLARED, "no exercises/*/wrong/*.toml found"
+@pytest.mark.parametrize("exercise", sorted(EXERCISES))
+def test_every_exercise_has_known_bads(exercise):
+    """Each exercise declares at least one known-bad, and every declaration of it parses (a bad
+    field raises, naming the file and the field)."""
+    assert known_bad(EXERCISES[exercise]), f"exercises/{exercise}/wrong/ declares no known-bad"
 
 
 @pytest.mark.parametrize("path", [_param(p, graded=False) for p in DECLARED])
 def test_declaration_is_valid(path, tmp_path):
     """Its fields are known and well typed, and its edits apply to today's solution (a GPU
     variant's too: nothing is graded here)."""
-    decl = Declaration(path)
-    decl.build(tmp_path)
+    build(declaration(path), tmp_path)
 
 
-@pytest.mark.parametrize("exercise, track", sorted({(p.parent.parent.name, str(_raw(p).get("track")))
-                                                     for p in DECLARED}))
+@pytest.mark.parametrize("exercise, track", sorted({(kb.exercise, kb.track) for p in DECLARED
+                                                     if (kb := _lenient(p))}))
 def test_declared_checks_exist(exercise, track):
     """Every check an expectation names is one the exercise has (on some device): a renamed
     check shows here, not only when the variant is graded (on a GPU, for some)."""
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "grader.judge.plugin", f"exercises/{exercise}", "--tree",
-         "solutions", "--track", track, "--collect-only", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "-p", "grader.judge.plugin", f"exercises/{exercise}",
+         "--tree", "solutions", "--track", track, "--collect-only", "-q", "-p",
+         "no:cacheprovider"],
         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
     names = [line.split("::", 1)[1] for line in out.stdout.splitlines() if "::" in line]
     assert names, out.stdout[-3000:] + out.stderr[-3000:]
     names.append("your kernels do the work")  # the grader's own check, beside the exercise's
-    unknown = [f"{p.name}: {key}" for p in DECLARED if p.parent.parent.name == exercise
-               if _raw(p).get("track") == track for decl in [Declaration(p)] for key in _keys(decl.expect)
+    unknown = [f"{kb.name}: {key}" for kb in known_bad(EXERCISES[exercise]) if kb.track == track
+               for key in kb.checks()
                if not any(_names(n, key, dev) for n in names for dev in ("cpu", "cuda"))]
     assert not unknown, f"checks {exercise} [{track}] does not have: {unknown}"
 
 
 @pytest.mark.parametrize("path", [_param(p, graded=True) for p in DECLARED])
 @pytest.mark.timeout(1800)
-def test_known_bad_is_caught(path, tmp_path, configure, monkeypatch):
-    decl = Declaration(path)
-    monkeypatch.setenv("CI", "1")  # the same Hypothesis examples every run (grader-ci)
-    configure(select=decl.select)
-    ex = EXERCISES[decl.exercise]
-    result = grade_track(decl.build(tmp_path / "tree"), ex, ex.tracks[decl.track],
-                         bench=decl.bench)
-    problems = mismatches(decl.expect, result)
-    assert not problems, (f"{path.relative_to(ROOT)} ({decl.why}):\n  "
+def test_known_bad_is_caught(path, tmp_path, configure):
+    kb = declaration(path)
+    if kb.signals:  # it signals out of its sandbox: only where the fence it names stands
+        signal_fence(kb.signals)
+    configure(select=kb.select, check_timeout=kb.check_timeout, signals=kb.signals or "auto",
+              examples="fixed")
+    ex = EXERCISES[kb.exercise]
+    before = _repository() if kb.expect.get("repository_unchanged") else None
+    result = grade_track(build(kb, tmp_path / "tree"), ex, ex.tracks[kb.track], bench=kb.bench)
+    problems = mismatches(kb.expect, result, score(ex, result))
+    if before is not None:
+        after = _repository()
+        changed = sorted(str(p.relative_to(ROOT)) for p in before.keys() | after.keys()
+                         if before.get(p) != after.get(p))
+        problems += [f"the grade changed the repository: {changed}"] if changed else []
+    assert not problems, (f"{path.relative_to(ROOT)} ({kb.why}):\n  "
                           + "\n  ".join(problems) + "\n\n" + _what_happened(result))
 
 
@@ -316,8 +239,13 @@ def test_known_bad_is_caught(path, tmp_path, configure, monkeypatch):
 
 def _result(*checks, build_ok=True, **fields):
     return TrackResult("01_vector_add", "triton", "tree", build={"ok": build_ok, "message": "nvcc: "
-                       "error: expected ';'"}, checks=[Check(n, "correctness", o, m)
-                                                      for n, o, m in checks], **fields)
+                       "error: expected ';'", "sandbox": "signals: seccomp filter"},
+                       checks=tuple(Check(n, "correctness", o, m) for n, o, m in checks),
+                       **fields)
+
+
+def _points(total=0.0, credit=None):
+    return Score(total, 0.0, 0.0, 10, credit=credit)
 
 
 def test_expectations_are_compared():
@@ -325,49 +253,75 @@ def test_expectations_are_compared():
                 ("test_a[cpu-bfloat16]", "failed", "y: NaN in rows"),
                 ("test_b[cpu]", "passed", ""), ("test_c[cpu]", "crashed", "a segmentation fault"),
                 ("test_ab[cpu]", "failed", "other"))
-    assert not mismatches({"failed": {"test_a": ["^y:"]}}, r)
-    assert mismatches({"failed": {"test_a": ["exp overflowed"]}}, r)  # each instance
-    assert not mismatches({"failed": {"test_a": {"any": ["exp overflowed", "^y: 3"]}}}, r)
-    assert not mismatches({"failed": {"test_a[{device}-float32]": [["NaN", "overflowed"]]}}, r)
-    assert mismatches({"failed": {"test_a": {"lacks": ["NaN"]}}}, r)
-    assert mismatches({"failed": {"test_b": []}}, r)                 # it passed
-    assert mismatches({"failed": {"test_missing": []}}, r)           # it did not run
-    assert not mismatches({"if_failed": {"test_b": ["anything"]}}, r)
-    assert mismatches({"if_failed": {"test_ab": ["anything"]}}, r)
-    assert not mismatches({"caught": {"checks": ["test_b", "test_a"], "messages": ["NaN",
-                                                                                  "overflowed"]}}, r)
-    assert mismatches({"caught": {"checks": ["test_b"], "messages": []}}, r)
-    assert not mismatches({"not_failed": ["test_b", "test_a[cpu-float16]"], "passed": ["test_b"]},
-                          r)
-    assert mismatches({"not_failed": ["test_c"]}, r)                 # a crash is no pass either
-    assert mismatches({"passed": ["test_a"]}, r) and mismatches({"passed": ["test_x"]}, r)
-    assert not mismatches({"crashed": {"test_c": {"each": ["segmentation"], "lacks": ["refused"]}}}, r)
-    assert mismatches({"crashed": {"test_a": []}}, r)
-    assert mismatches({"build_failed": ["expected ';'"]}, r)        # it built
+    m = lambda e, result=r, points=_points(): mismatches(e, result, points)
+    assert not m({"failed": {"test_a": ["^y:"]}})
+    assert m({"failed": {"test_a": ["exp overflowed"]}})  # each instance
+    assert not m({"failed": {"test_a": {"any": ["exp overflowed", "^y: 3"]}}})
+    assert not m({"failed": {"test_a[{device}-float32]": [["NaN", "overflowed"]]}})
+    assert m({"failed": {"test_a": {"lacks": ["NaN"]}}})
+    assert m({"failed": {"test_b": []}})                 # it passed
+    assert m({"failed": {"test_missing": []}})           # it did not run
+    assert not m({"if_failed": {"test_b": ["anything"]}})
+    assert m({"if_failed": {"test_ab": ["anything"]}})
+    assert not m({"caught": {"checks": ["test_b", "test_a"], "messages": ["NaN", "overflowed"]}})
+    assert m({"caught": {"checks": ["test_b"], "messages": []}})
+    assert not m({"not_failed": ["test_b", "test_a[cpu-float16]"], "passed": ["test_b"]})
+    assert m({"not_failed": ["test_c"]})                 # a crash is no pass either
+    assert m({"passed": ["test_a"]}) and m({"passed": ["test_x"]})
+    assert not m({"reported": ["test_a", "test_b", "test_c", "test_ab"]})
+    assert m({"reported": ["test_a", "test_b", "test_c"]})           # test_ab is reported too
+    assert m({"reported": ["test_a", "test_b", "test_c", "test_ab", "test_x"]})  # no test_x
+    assert not m({"crashed": {"test_c": {"each": ["segmentation"], "lacks": ["refused"]}}})
+    assert m({"crashed": {"test_a": []}})
+    assert m({"build_failed": ["expected ';'"]})        # it built
+    assert m({"ended": []})                              # it built, and its judge finished
+    assert not m({"sandbox": ["seccomp filter"]}) and m({"sandbox": ["Landlock scope"]})
+    assert m({"score_zero": True}, points=_points(total=1.5))
+    assert not m({"score_zero": True})
     bad = _result(build_ok=False)
-    assert not mismatches({"build_failed": ["expected ';'"]}, bad)
-    assert mismatches({"failed": {"test_a": []}}, bad)               # no build, nothing to check
-    r = _result(tampering=["grader/judge/check.py"], performance={"problem": "the output changed"})
-    assert not mismatches({"tampering": ["grader/judge/check.py"],
-                           "performance_problem": ["output changed"]}, r)
-    assert mismatches({"tampering": ["exercises/"]}, r)
+    assert not m({"build_failed": ["expected ';'"]}, bad)
+    assert not m({"ended": [["exited", "expected"]], "score_zero": True}, bad)
+    assert m({"failed": {"test_a": []}}, bad)            # no build, nothing to check
+    assert not m({"ended": ["the judge was killed"]}, _result(ended="the judge was killed"))
+    r = _result(tampering=("grader/judge/check.py",), review=("a.py:3: threading",),
+                performance={"problem": "the output changed"})
+    assert not m({"tampering": ["grader/judge/check.py"], "needs_review": ["threading"],
+                  "performance_problem": ["output changed"]}, r)
+    assert m({"tampering": ["exercises/"]}, r) and m({"needs_review": ["ctypes"]}, r)
+    assert m({"performance_problem": ["output changed"]}, r, _points(credit=0.5))
+    for key in ("tampering", "needs_review", "performance_problem"):
+        assert m({key: []})                              # it must have happened at all
+
+
+def _toml(top: str = "", expect: str = "score_zero = true\n") -> str:
+    """A declaration of 01's triton track, its top-level fields and expect given."""
+    return (f'why = "w"\ntrack = "triton"\n{top}[edits]\n"f.py" = [["a", "b"]]\n'
+            f'[expect]\n{expect}')
 
 
 @pytest.mark.parametrize("text, problem", [
-    ('why = "w"\ntrack = "triton"\nedit = {}\n', "unknown field(s) ['edit']"),
-    ('why = "w"\ntrack = "cuda"\n[edits]\n"f" = [["a", "b"]]\n[expect]\nnot_failed = []\n',
-     "no track 'cuda'"),
-    ('why = "w"\ntrack = "triton"\n[edits]\n"f" = [["a"]]\n[expect]\nnot_failed = []\n',
-     "[old, new] string pairs"),
-    ('why = "w"\ntrack = "triton"\n[edits]\n"f" = [["a", "b"]]\n[expect]\nfails = {}\n',
-     "unknown expect field(s) ['fails']"),
-    ('why = "w"\ntrack = "triton"\n[edits]\n"f" = [["a", "b"]]\n'
-     '[expect.failed]\ntest_a = { each = [], some = [] }\n', "unknown spec field(s) ['some']"),
+    ('why = "w"\ntrack = "triton"\nedit = {}\n', "edit: unknown field"),
+    ('why = "w"\ntrack = "triton"\n[expect]\nscore_zero = true\n', "edits: say what differs"),
+    (_toml().replace('"triton"', '"cuda"'), "track: 'cuda' is not a track"),
+    (_toml().replace('["a", "b"]', '["a"]'), "edits.f.py: a list of [old, new] string pairs"),
+    (_toml().replace('[edits]\n"f.py" = [["a", "b"]]', '[files]\n"../f.py" = "x"'),
+     "files.../f.py: a path inside the track's folder"),
+    (_toml(expect="fails = {}\n"), "expect.fails: unknown expectation"),
+    (_toml(expect="failed = { test_a = { each = [], some = [] } }\n"),
+     "expect.failed.test_a: unknown spec field 'some'"),
+    (_toml(expect="score_zero = false\n"), "expect.score_zero: write it as `true`"),
+    (_toml(expect='tampering = "a"\n'), "expect.tampering: a list of needles"),
+    (_toml('gpu = "yes"\n'), "gpu: expected bool"),
+    (_toml("check_timeout = 0\n"), "check_timeout: seconds, > 0"),
+    (_toml('signals = "none"\n'), "signals: one of auto, seccomp"),
+    (_toml("bench = true\n"), "bench: the timing runs only on a GPU"),
+    (_toml("gpu = true\n", 'performance_problem = ["x"]\n'),
+     "expect.performance_problem: the timing finds it: needs bench = true"),
 ])
 def test_a_wrong_declaration_names_its_file(tmp_path, text, problem):
     path = tmp_path / "01_vector_add" / "wrong" / "bad.toml"
     path.parent.mkdir(parents=True)
     path.write_text(text)
-    with pytest.raises(ValueError) as e:
-        Declaration(path)
+    with pytest.raises(KnownBadError) as e:
+        load(path, EXERCISES["01_vector_add"].tracks)
     assert str(path) in str(e.value) and problem in str(e.value), e.value

@@ -16,6 +16,8 @@ from pathlib import Path
 import tomllib
 
 from grader.common.ceilings import CEILINGS
+from grader.common.known_bad import KnownBad
+from grader.common.known_bad import load as load_known_bad
 from grader.common.paths import EXERCISES, ROOT
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -360,3 +362,10 @@ def discover(root: Path = EXERCISES, only: str | None = None) -> list[Exercise]:
             known = ", ".join(p.name for p in sorted(root.iterdir()) if re.match(r"\d\d_", p.name))
             raise SpecError(f"no exercise {only!r} (known: {known})")
     return [load_exercise(p) for p in folders]
+
+
+def known_bad(exercise: Exercise) -> list[KnownBad]:
+    """The exercise's known-bad submissions (`wrong/*.toml`, grader.common.known_bad), by name;
+    a bad declaration raises KnownBadError naming its file and field."""
+    return [load_known_bad(p, exercise.tracks)
+            for p in sorted((exercise.dir / "wrong").glob("*.toml"))]
