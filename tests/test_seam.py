@@ -86,3 +86,10 @@ def test_transfer_copy_keeps_the_bytes_around_a_view():
     c = transfer_copy(view)
     assert c.stride() == view.stride() and torch.equal(c, view)
     assert torch.equal(c.as_strided((40,), (1,), 0), big.reshape(-1))  # past the last row too
+
+
+@pytest.mark.parametrize("data", [b"{\"ok\": true}passed!!", pickle.dumps({"a": 1})[:-3], b""])
+def test_bytes_that_are_not_a_message_are_unsafe_not_a_crash(data):
+    """Garbage on the socket (not a pickle, a truncated one) is said as a forged message."""
+    with pytest.raises(seam.UnsafeMessage, match="do not read as a message"):
+        seam.loads_untrusted(data)

@@ -75,7 +75,16 @@ class SafeUnpickler(pickle.Unpickler):
 
 
 def loads_untrusted(data: bytes):
-    return SafeUnpickler(io.BytesIO(data)).load()
+    """A message from the submission's process; anything that does not read as one (bytes that
+    are not a pickle, a truncated one, a tensor whose shared memory cannot be opened) is
+    UnsafeMessage, said as such, never a crash of the judge."""
+    try:
+        return SafeUnpickler(io.BytesIO(data)).load()
+    except UnsafeMessage:
+        raise
+    except Exception as e:
+        raise UnsafeMessage(f"bytes that do not read as a message ({type(e).__name__}: "
+                            f"{str(e)[:200]})") from e
 
 
 _EMPTY = "__empty_tensor__"
