@@ -20,7 +20,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument, within
 from grader.judge.strategies import randn, seeds
 from grader.judge.testing import compiled_matches, new_contents_same_shapes, opcheck_samples
 
@@ -85,14 +85,11 @@ def _relative_error_within(got, want, dtype, **ctx):
     err = (g - want).norm().item()
     scale = want.norm().item()
     rel = err / scale if scale > 0 else err
-    if rel > REL_BOUND[dtype]:
-        where = ", ".join(f"{k}={v}" for k, v in ctx.items())
-        raise Mismatch(
-            f"||out - ref|| / ||ref|| = {rel:.3g}, allowed {REL_BOUND[dtype]:.3g} (2 units of "
-            f"roundoff of {str(dtype).removeprefix('torch.')}) ({where}).\n  Rounding each "
-            f"output once gives at most 1 unit: accumulate A @ B in float32 (tl.dot's "
-            f"accumulator / ElementAccumulator = float), add the bias and apply the "
-            f"activation in float32, and cast only when storing")
+    within(rel, REL_BOUND[dtype], what="||out - ref|| / ||ref|| =", **ctx,
+           why=f"2 units of roundoff of {str(dtype).removeprefix('torch.')}.\n  Rounding each "
+               f"output once gives at most 1 unit: accumulate A @ B in float32 (tl.dot's "
+               f"accumulator / ElementAccumulator = float), add the bias and apply the "
+               f"activation in float32, and cast only when storing")
 
 
 def _check_output(got, want, dtype, assert_close, **ctx):
