@@ -23,7 +23,7 @@ from hypothesis import given, strategies as st
 from grader.judge import check
 from grader.judge.gradcheck import gradcheck_checked
 from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.judge.strategies import dtypes, randn, seeds
+from grader.judge.strategies import FP16_MAX, dtypes, exp_limit, randn, seeds
 from grader.judge.testing import (compiled_matches, expected_grads, kept_per_call,
                             new_contents_same_shapes, on_interpreter, opcheck_samples,
                             value_and_grads)
@@ -189,6 +189,58 @@ def test_large_logits(impl, ref, exercise, device, dtype):
                q_scale=7.0, loose=4.0)
     except Mismatch as e:
         raise Mismatch(f"{e}{MAX_SUBTRACTION}") from None
+
+
+def _finite(got, what: str, fix: str) -> None:
+    for name, t in zip(NAMES, got):
+        if not bool(torch.isfinite(t).all()):
+            raise Mismatch(f"{name} has {int((~torch.isfinite(t)).sum())} NaN or inf values "
+                           f"with {what} (dtype=bfloat16): {fix}")
+
+
+def test_values_beyond_fp16_range(impl, ref, exercise, device):
+    """bfloat16 v and incoming gradient past fp16's largest number (65504): o (a convex
+    combination of v's rows), dv, dq and dk are past it too, as bf16 holds up to 3.4e38. A
+    kernel that takes P @ V, dS @ K or a store through fp16 gets inf there. The values are a
+    unit-scale check's times 2^20: multiplying by a power of two moves every rounding (bf16
+    storage, float32 sums, delta = rowsum(dO * O)) exactly with them, so a correct kernel's
+    relative errors are those of the unit-scale case, and the bounds (_close: relative to each
+    slice's RMS and to |expected|) are that case's, unchanged."""
+    shape = (1, 2, 40, 64)  # test_large_logits's shape: no new Triton specialization
+    q, k, v, do = _inputs(shape, 95, torch.bfloat16, device)
+    v, do = v * 2.0 ** 20, do * 2.0 ** 20  # exact in bf16: only the exponent moves
+    want = _expected(ref, q, k, v, do, False)
+    assert all(float(w.abs().max()) > 2 * FP16_MAX for w in want), \
+        "the test's own values: every output reaches past fp16's range"
+    got = _run(impl, q, k, v, do, False)
+    _finite(got, f"v and dO of ~{2.0 ** 20:.0f} (o, dv, dq and dk exact values up to "
+            f"{max(float(w.abs().max()) for w in want):.3g}, finite in bfloat16, past "
+            f"float16's {FP16_MAX:g})",
+            "a product or a store went through float16. Feed tl.dot the input dtype (P and dS "
+            "cast to v's and k's dtype, not to tl.float16), keep the accumulators in float32 "
+            "and cast once, to the input's dtype, when storing")
+    _close(exercise, got, want, torch.bfloat16, shape=shape, v_and_grad_o="randn x 2^20")
+
+
+def test_scores_past_a_16_bit_exp(impl, ref, exercise, device):
+    """bfloat16 scores up to ~45: past 11.09, where exp overflows float16, short of 88.72,
+    where it overflows bfloat16 and float32 (test_large_logits goes past that). A kernel that
+    takes exp of a score before subtracting the row's max, then P through fp16 (the tensor-core
+    cast of a kernel written for fp16), gets inf; subtracting the max keeps every exponent <= 0.
+    Held 4x looser, as test_large_logits and for its reason: P is nearly one-hot, and dq, dk
+    are small differences (dp - delta) whose rounding shows more than at scale 1."""
+    shape = (1, 2, 40, 64)
+    q, k, v, do = _inputs(shape, 97, torch.bfloat16, device, scale=3.5)  # q·k / 8 ~ N(0, 3.5^4)
+    top = float((q.double() @ k.double().transpose(-2, -1)).abs().max()) / 8
+    assert exp_limit(torch.float16) < top < exp_limit(torch.bfloat16), \
+        f"the test's own scores: up to {top:.3g}, past fp16's exp and within bf16's"
+    got = _run(impl, q, k, v, do, False)
+    _finite(got, f"scores up to ~{top:.0f} (exp of them overflows float16 past "
+            f"{exp_limit(torch.float16):.2f}, not bfloat16)",
+            f"an exponential or P went through float16 before the row's max was subtracted."
+            f"{MAX_SUBTRACTION}")
+    _close(exercise, got, _expected(ref, q, k, v, do, False), torch.bfloat16, shape=shape,
+           q_scale=3.5, loose=4.0)
 
 
 def test_first_row_sees_one_key(impl, ref, exercise, device):
