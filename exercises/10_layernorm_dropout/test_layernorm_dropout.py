@@ -512,7 +512,8 @@ def test_no_mask_kept_for_the_backward(impl, ref, exercise, track, device):
     # kept per call in the op's process: its output y (its graph holds it) and a few numbers per
     # row; x, w and b arrive as copies in the judge's memory
     live = kept_per_call(impl, lambda s: impl.layernorm_dropout(x, w, b, 0.1, 100 + s, EPS),
-                         forbidden=m * n // 8, allowed=m * n * 2 + 16 * m,
+                         forbidden_elements=m * n, element_bits=1,
+                         allowed=m * n * 2 + 16 * m,
                          what="a stored mask (bit-packed, the least a mask can be)",
                          fix="Save the seed and regenerate the mask in the backward instead")
     tol = exercise.tolerance["bfloat16"]

@@ -401,10 +401,12 @@ def test_no_score_matrix_kept_for_the_backward(impl, track, device):
         t.requires_grad_()
     o_bytes = B * H * S * D * 2
     # kept per call in the op's process: o (its graph holds it) and fp32 statistics per row
-    # (q, k, v arrive as copies in the judge's memory); a bf16 P is S / D = 64 times o
+    # (q, k, v arrive as copies in the judge's memory: 16 bytes a row allows four of them); an
+    # S x S matrix per head is S / D = 64 times o's elements, counted at one byte each (a P
+    # kept in uint8 or fp8 is caught; bf16, twice that)
     live = kept_per_call(impl, lambda i: impl.flash_attention(q, k, v, True, None),
-                         forbidden=B * H * S * S * 2, allowed=o_bytes + 16 * B * H * S,
-                         what="an S x S matrix kept per call (P or S in bf16)",
+                         forbidden_elements=B * H * S * S, allowed=o_bytes + 16 * B * H * S,
+                         what="an S x S matrix kept per call (P or S, in any element type)",
                          fix="Save o and the log-sum-exp per row, and recompute P in the "
                              "backward")
     del live
