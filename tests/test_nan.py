@@ -28,6 +28,7 @@ exercise already runs here (06, 09), on a GPU only (`gpu`). On a GPU machine eve
 """
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import tempfile
@@ -196,6 +197,14 @@ def _nan_entry(name, fn):
 TARGET_LINE = re.compile(r"^_NAN_TARGETS = .*$", re.M)
 
 
+# A track without a Python module (02: the registered op is the entry point) gets its NaN in
+# C++, written into the output before it is returned: its one output, in every round.
+IN_CPP = {("02_scale", "cuda"): {"scale.cpp": [(
+    "  });\n  return out;\n}\n\n}  // namespace",
+    "  });\n  out.fill_(-std::numeric_limits<double>::quiet_NaN());  // tests/test_nan.py\n"
+    "  return out;\n}\n\n}  // namespace")]}}
+
+
 def _wrap(tree: Path, targets: list[Target]) -> None:
     """tree/<exercise>/<track>: a copy of each solution track (files' times kept: an unchanged
     source is not rebuilt), its module ending in WRAPPER and the target entry points rebound."""
@@ -203,7 +212,9 @@ def _wrap(tree: Path, targets: list[Target]) -> None:
         folder = tree / ex_id / track
         if folder.exists():
             shutil.rmtree(folder)
-        make_variant(tree, ex_id, track, {})
+        make_variant(tree, ex_id, track, IN_CPP.get((ex_id, track), {}))
+        if (ex_id, track) in IN_CPP:
+            continue
         module = folder / EXERCISES[ex_id].tracks[track].module
         entries = sorted({t.entry for t in targets if (t.exercise, t.track) == (ex_id, track)})
         module.write_text(module.read_text() + WRAPPER + "".join(
@@ -212,6 +223,9 @@ def _wrap(tree: Path, targets: list[Target]) -> None:
 
 def _aim(tree: Path, targets: list[Target], exercise: str, track: str) -> None:
     """Point the track's wrapper at these targets (one per entry point; none: the solution)."""
+    if (exercise, track) in IN_CPP:
+        assert [(t.kind, t.index) for t in targets] in ([], [(OUT, 0)]), targets
+        return  # its NaN is in the C++ (IN_CPP), its one target's, from the start
     module = tree / exercise / track / EXERCISES[exercise].tracks[track].module
     value = {t.entry: (t.kind, t.index) for t in targets}
     module.write_text(TARGET_LINE.sub(f"_NAN_TARGETS = {value!r}", module.read_text(), count=1))
@@ -316,6 +330,28 @@ def test_every_float_output_of_every_exercise_has_a_target():
     assert not missing, missing
     tracks = {(t.exercise, t.track) for ts in GROUPS.values() for t in ts}
     assert tracks == {(ex.id, name) for ex in EXERCISES.values() for name in ex.tracks}
+
+
+def test_every_wrapped_track_is_well_formed(tmp_path):
+    """Without building or running anything (the `gpu` group's tracks too): each wrapped module
+    parses, rebinds entry points its solution defines, and aims at each round's targets; a track
+    without a module has its C++ edit."""
+    for group, targets in GROUPS.items():
+        tree = tmp_path / group.replace(" ", "-")
+        _wrap(tree, targets)
+        for batch in _rounds(targets):
+            for t in batch:
+                track = EXERCISES[t.exercise].tracks[t.track]
+                if (t.exercise, t.track) in IN_CPP:
+                    cpp = tree / t.exercise / t.track / next(iter(IN_CPP[(t.exercise, t.track)]))
+                    assert "quiet_NaN" in cpp.read_text(), cpp
+                    continue
+                _aim(tree, [t], t.exercise, t.track)
+                module = tree / t.exercise / t.track / track.module
+                source = module.read_text()
+                defined = {n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+                assert t.entry in defined and t.entry in track.entry_points, (t, defined)
+                assert f"_NAN_TARGETS = {{{t.entry!r}: ({t.kind!r}, {t.index})}}" in source
 
 
 def test_the_wrapper_fills_exactly_its_target(tmp_path):
