@@ -9,7 +9,8 @@ to end through the grader, against solutions that return NaN:
   entry point calls the solution, then fills one output with NaN: a returned tensor (a fresh
   tensor of NaN whose gradient passes through to the solution's output, so the other outputs
   stay right), a gradient (the input passes through an identity whose backward gives NaN), or
-  what an in-place form wrote into its argument. Everything else is the solution's own;
+  what an in-place form wrote into its argument (02, whose entry point is the registered op
+  itself, writes its NaN in C++: `IN_CPP`). Everything else is the solution's own;
 - for each output, the one or two checks that reach it (the groups below) run with hypothesis'
   fixed examples; each instance that runs must fail, its message naming the NaN (a failure for
   another reason, say the wrapper's own ATen ops taken for delegation, would show here), and the
