@@ -48,7 +48,7 @@ def away_from_kink(x, bias, scale, margin):
     if bool(near.any()):
         side = torch.where(z >= 0, 1.0, -1.0)
         x = torch.where(near, (side - b64) / scale, x.double()).to(x.dtype)
-        assert not bool(((x.double() * scale + b64).abs() < margin).any())
+        assert bool(((x.double() * scale + b64).abs() >= margin).all())
     return x
 
 

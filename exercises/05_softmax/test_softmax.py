@@ -178,14 +178,10 @@ def test_rows_sum_to_one(impl, device, data, dtype, seed):
     # their spacing each; the float32 math adds ~n * 2^-24 at worst
     bound = 2 * _unit_roundoff(dtype) + n * torch.finfo(dtype).smallest_normal * 2.0 ** -10 \
         + n * 2.0 ** -24 + 1e-6
-    err = (sums - 1).abs()
-    if not bool((err <= bound).all()):
-        worst = int(err.reshape(-1).nan_to_num(float("inf")).argmax())
-        raise Mismatch(f"a row of y sums to {sums.reshape(-1)[worst].item():.8g}, not 1 (row "
-                       f"{worst} of {err.numel()}; allowed |sum - 1| <= {bound:.3g}; dtype="
-                       f"{str(dtype).removeprefix('torch.')}, shape={shape}, seed={seed}). Divide "
-                       f"by the sum of exp over the whole row (every block of it), and sum in "
-                       f"float32")
+    check.within((sums - 1).abs(), bound, what="a row of y: |its sum - 1| is",
+                 dtype=str(dtype).removeprefix("torch."), shape=shape, seed=seed,
+                 why="each row of y sums to 1. Divide by the sum of exp over the whole row "
+                     "(every block of it), and sum in float32")
 
 
 def _on_grid(shape, seed, dtype, device):

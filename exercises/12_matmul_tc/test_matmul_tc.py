@@ -20,8 +20,8 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.judge.strategies import randn, seeds
+from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument, within
+from grader.judge.strategies import FP16_MAX, past_fp16, randn, seeds
 from grader.judge.testing import compiled_matches, new_contents_same_shapes, opcheck_samples
 
 DTYPES = [torch.bfloat16, torch.float16]
@@ -85,14 +85,11 @@ def _relative_error_within(got, want, dtype, **ctx):
     err = (g - want).norm().item()
     scale = want.norm().item()
     rel = err / scale if scale > 0 else err
-    if rel > REL_BOUND[dtype]:
-        where = ", ".join(f"{k}={v}" for k, v in ctx.items())
-        raise Mismatch(
-            f"||out - ref|| / ||ref|| = {rel:.3g}, allowed {REL_BOUND[dtype]:.3g} (2 units of "
-            f"roundoff of {str(dtype).removeprefix('torch.')}) ({where}).\n  Rounding each "
-            f"output once gives at most 1 unit: accumulate A @ B in float32 (tl.dot's "
-            f"accumulator / ElementAccumulator = float), add the bias and apply the "
-            f"activation in float32, and cast only when storing")
+    within(rel, REL_BOUND[dtype], what="||out - ref|| / ||ref|| =", **ctx,
+           why=f"2 units of roundoff of {str(dtype).removeprefix('torch.')}.\n  Rounding each "
+               f"output once gives at most 1 unit: accumulate A @ B in float32 (tl.dot's "
+               f"accumulator / ElementAccumulator = float), add the bias and apply the "
+               f"activation in float32, and cast only when storing")
 
 
 def _check_output(got, want, dtype, assert_close, **ctx):
@@ -187,6 +184,32 @@ def test_partial_sums_beyond_fp16_range(impl, ref, track, device, assert_close):
                        f"running sum passes 65504 halfway through K. Accumulate in float32 "
                        f"(tl.zeros(..., dtype=tl.float32) / ElementAccumulator = float)")
     _relative_error_within(out, want, torch.float16, shape=(M, N, K))
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_outputs_beyond_fp16_range(impl, ref, track, device, assert_close, act):
+    """bfloat16 outputs past fp16's largest number (65504), as bf16 holds up to 3.4e38: a bias
+    of 1e5-3e5 in magnitude (random signs) and A @ B ~ 1e4 around it. A kernel that takes the
+    result through fp16 (a cast, an fp16 epilogue or store) writes inf there. The bounds are the
+    usual ones, relative to the values (each output rounded once to bf16: 2^-9 of it; fp32 sums
+    of 65 terms of up to ~3e5: ~1e-6 of it, the bias dominating A @ B)."""
+    M, N, K = 33, 48, 64  # test_activation_sees_the_bias's shape: no new Triton specialization
+    A, B, _ = _inputs(M, N, K, 750, torch.bfloat16, device)
+    B = (B.double() * 1e4).to(torch.bfloat16)  # A @ B ~ N(0, 1e4^2)
+    bias = past_fp16((N,), seed=751, device=device, lo=1e5)
+    before = _expected(ref, A, B, bias, "none")  # the check's own values, before the activation
+    assert float(before.abs().min()) > 1e4 and float((before.abs() > FP16_MAX).double().mean()) \
+        > 0.9, "the test's own values: past fp16's range, far from 0"
+    out = _call(impl, A, B, bias, act)
+    if not bool(torch.isfinite(out).all()):
+        raise Mismatch(f"{int((~torch.isfinite(out)).sum())} of {out.numel()} bfloat16 outputs "
+                       f"are inf/NaN where the exact results (up to "
+                       f"{float(before.abs().max()):.3g} in magnitude) fit in bfloat16 but not "
+                       f"in float16 (at most {FP16_MAX:g}) (act={act}): the result went through "
+                       f"float16. Keep the accumulator and the epilogue in float32 and cast once, "
+                       f"to the output's dtype (A's)")
+    _check_output(out, _expected(ref, A, B, bias, act), torch.bfloat16, assert_close, act=act,
+                  bias="1e5-3e5 in magnitude")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

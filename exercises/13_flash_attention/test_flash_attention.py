@@ -23,7 +23,7 @@ from hypothesis import given, strategies as st
 from grader.judge import check
 from grader.judge.gradcheck import gradcheck_checked
 from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
-from grader.judge.strategies import dtypes, randn, seeds
+from grader.judge.strategies import FP16_MAX, dtypes, exp_limit, randn, seeds
 from grader.judge.testing import (compiled_matches, expected_grads, kept_per_call,
                             new_contents_same_shapes, on_interpreter, opcheck_samples,
                             value_and_grads)
@@ -83,13 +83,13 @@ def _close(exercise, got, want, dtype, *, what=NAMES, loose=1.0, **ctx):
         check.assert_close(g, w64, tol=tol, dtype=dtype, what=name,
                            atol_scale=(rms, f"the RMS of its (batch, head) slice x {grow:.2f}"),
                            **ctx)
-        err = ((g.double() - w64).norm() / w64.norm().clamp_min(1e-30)).item()
-        if w64.norm() > 0 and err > NORMWISE[dtype] * loose:
-            raise Mismatch(f"{name}: normwise relative error {err:.3g}, allowed "
-                           f"{NORMWISE[dtype] * loose:g} ({check._context(ctx)}): every element is "
-                           f"within its own bound, but the whole is less accurate than rounding "
-                           f"P to the dtype once gives. Accumulate every matmul and every running "
-                           f"sum in float32 (dq too: README: The backward)")
+        if w64.norm() > 0:  # an all-zero expectation: the elementwise bound said it all
+            check.within(((g.double() - w64).norm() / w64.norm()).item(),
+                         NORMWISE[dtype] * loose, what=f"{name}: normwise relative error",
+                         why="every element is within its own bound, but the whole is less "
+                             "accurate than rounding P to the dtype once gives. Accumulate every "
+                             "matmul and every running sum in float32 (dq too: README: The "
+                             "backward)", **ctx)
 
 
 def _shape(data, device):
@@ -191,6 +191,58 @@ def test_large_logits(impl, ref, exercise, device, dtype):
         raise Mismatch(f"{e}{MAX_SUBTRACTION}") from None
 
 
+def _finite(got, what: str, fix: str) -> None:
+    for name, t in zip(NAMES, got):
+        if not bool(torch.isfinite(t).all()):
+            raise Mismatch(f"{name} has {int((~torch.isfinite(t)).sum())} NaN or inf values "
+                           f"with {what} (dtype=bfloat16): {fix}")
+
+
+def test_values_beyond_fp16_range(impl, ref, exercise, device):
+    """bfloat16 v and incoming gradient past fp16's largest number (65504): o (a convex
+    combination of v's rows), dv, dq and dk are past it too, as bf16 holds up to 3.4e38. A
+    kernel that takes P @ V, dS @ K or a store through fp16 gets inf there. The values are a
+    unit-scale check's times 2^20: multiplying by a power of two moves every rounding (bf16
+    storage, float32 sums, delta = rowsum(dO * O)) exactly with them, so a correct kernel's
+    relative errors are those of the unit-scale case, and the bounds (_close: relative to each
+    slice's RMS and to |expected|) are that case's, unchanged."""
+    shape = (1, 2, 40, 64)  # test_large_logits's shape: no new Triton specialization
+    q, k, v, do = _inputs(shape, 95, torch.bfloat16, device)
+    v, do = v * 2.0 ** 20, do * 2.0 ** 20  # exact in bf16: only the exponent moves
+    want = _expected(ref, q, k, v, do, False)
+    assert all(float(w.abs().max()) > 2 * FP16_MAX for w in want), \
+        "the test's own values: every output reaches past fp16's range"
+    got = _run(impl, q, k, v, do, False)
+    _finite(got, f"v and dO of ~{2.0 ** 20:.0f} (o, dv, dq and dk exact values up to "
+            f"{max(float(w.abs().max()) for w in want):.3g}, finite in bfloat16, past "
+            f"float16's {FP16_MAX:g})",
+            "a product or a store went through float16. Feed tl.dot the input dtype (P and dS "
+            "cast to v's and k's dtype, not to tl.float16), keep the accumulators in float32 "
+            "and cast once, to the input's dtype, when storing")
+    _close(exercise, got, want, torch.bfloat16, shape=shape, v_and_grad_o="randn x 2^20")
+
+
+def test_scores_past_a_16_bit_exp(impl, ref, exercise, device):
+    """bfloat16 scores up to ~45: past 11.09, where exp overflows float16, short of 88.72,
+    where it overflows bfloat16 and float32 (test_large_logits goes past that). A kernel that
+    takes exp of a score before subtracting the row's max, then P through fp16 (the tensor-core
+    cast of a kernel written for fp16), gets inf; subtracting the max keeps every exponent <= 0.
+    Held 4x looser, as test_large_logits and for its reason: P is nearly one-hot, and dq, dk
+    are small differences (dp - delta) whose rounding shows more than at scale 1."""
+    shape = (1, 2, 40, 64)
+    q, k, v, do = _inputs(shape, 97, torch.bfloat16, device, scale=3.5)  # q·k / 8 ~ N(0, 3.5^4)
+    top = float((q.double() @ k.double().transpose(-2, -1)).abs().max()) / 8
+    assert exp_limit(torch.float16) < top < exp_limit(torch.bfloat16), \
+        f"the test's own scores: up to {top:.3g}, past fp16's exp and within bf16's"
+    got = _run(impl, q, k, v, do, False)
+    _finite(got, f"scores up to ~{top:.0f} (exp of them overflows float16 past "
+            f"{exp_limit(torch.float16):.2f}, not bfloat16)",
+            f"an exponential or P went through float16 before the row's max was subtracted."
+            f"{MAX_SUBTRACTION}")
+    _close(exercise, got, _expected(ref, q, k, v, do, False), torch.bfloat16, shape=shape,
+           q_scale=3.5, loose=4.0)
+
+
 def test_first_row_sees_one_key(impl, ref, exercise, device):
     """Causal: query 0 sees key 0 alone (every other key masked), so o[0] = v[0] exactly and its
     gradient flows to v[0] alone; with large scores around it the masked keys must weigh 0."""
@@ -217,7 +269,8 @@ def test_causal_mask_position(impl, ref, exercise, device):
     v2[:, :, -1] += 3.0
     a = impl.flash_attention(q, k, v, True, None)
     b = impl.flash_attention(q, k2, v2, True, None)
-    changed = ((a - b).abs().amax(-1) > 0).reshape(-1).nonzero().flatten().tolist()
+    # "not unchanged" rather than "changed by more than 0": a NaN output counts as changed
+    changed = (~((a - b).abs().amax(-1) == 0)).reshape(-1).nonzero().flatten().tolist()
     if changed != [49]:
         raise Mismatch(f"changing key/value 49 (the last) changed the causal outputs of queries "
                        f"{changed[:8]}{'...' if len(changed) > 8 else ''}, expected [49] only: "
@@ -291,12 +344,11 @@ def test_dq_sums_in_float32(impl, ref, exercise, device):
     got = _run(impl, q, k, v, do, False)
     want = _expected(ref, q, k, v, do, False)
     for name, g, w in zip(NAMES, got, want):
-        err = ((g.double() - w).norm() / w.norm()).item()
-        if err > 6e-3:
-            raise Mismatch(f"{name}: normwise relative error {err:.3g} at S={shape[2]}, allowed "
-                           f"6e-3 (rounding P and dS to bf16 once gives ~2.4e-3): a sum kept in bf16 across "
-                           f"blocks. Keep acc, dq, dk and dv in float32 accumulators and cast once "
-                           f"when storing (README: The backward)")
+        check.within(((g.double() - w).norm() / w.norm()).item(), 6e-3,
+                     what=f"{name}: normwise relative error", S=shape[2],
+                     why="rounding P and dS to bf16 once gives ~2.4e-3; more is a sum kept in "
+                         "bf16 across blocks. Keep acc, dq, dk and dv in float32 accumulators and "
+                         "cast once when storing (README: The backward)")
 
 
 def test_backward_is_deterministic(impl, device):
@@ -349,10 +401,12 @@ def test_no_score_matrix_kept_for_the_backward(impl, track, device):
         t.requires_grad_()
     o_bytes = B * H * S * D * 2
     # kept per call in the op's process: o (its graph holds it) and fp32 statistics per row
-    # (q, k, v arrive as copies in the judge's memory); a bf16 P is S / D = 64 times o
+    # (q, k, v arrive as copies in the judge's memory: 16 bytes a row allows four of them); an
+    # S x S matrix per head is S / D = 64 times o's elements, counted at one byte each (a P
+    # kept in uint8 or fp8 is caught; bf16, twice that)
     live = kept_per_call(impl, lambda i: impl.flash_attention(q, k, v, True, None),
-                         forbidden=B * H * S * S * 2, allowed=o_bytes + 16 * B * H * S,
-                         what="an S x S matrix kept per call (P or S in bf16)",
+                         forbidden_elements=B * H * S * S, allowed=o_bytes + 16 * B * H * S,
+                         what="an S x S matrix kept per call (P or S, in any element type)",
                          fix="Save o and the log-sum-exp per row, and recompute P in the "
                              "backward")
     del live

@@ -366,3 +366,49 @@ def expect_refusal(fn, *args, argument: str, error=(RuntimeError, ValueError, Ty
         return msg
     raise Mismatch(f"bad input `{argument}` was accepted: check it first and refuse it with a "
                    f"message naming `{argument}` (TORCH_CHECK(cond, \"{argument} must ...\"))")
+
+
+def within(value, bound, *, what: str, why: str = "", unit: str = "", per: float = 1.0,
+           nan: str | None = None, **ctx) -> None:
+    """Pass when `value` <= `bound`; else raise Mismatch, written for the learner. NaN never
+    passes: the test is `not value <= bound`, false for NaN, where `value > bound` (the raw
+    comparison this replaces) is false for NaN too and lets it through.
+
+    For every hand-written bound of a check (a normwise error, a statistic, a count, memory):
+    `value` and `bound` are numbers or tensors (broadcast; every element must hold). The message
+    reads "{what} {value}, allowed at most {bound} ({ctx}): {why}"; `unit` and `per` only shape
+    how numbers print (unit=" MiB", per=2**20: bytes shown in MiB). `nan` says what a NaN means
+    for this check (default: the usual ways an output comes to hold one). A NaN bound is the
+    check's own bug, never the learner's: it raises ValueError."""
+    v = torch.as_tensor(value).detach().to(torch.float64).cpu()
+    b = torch.as_tensor(bound).detach().to(torch.float64).cpu()
+    if bool(torch.isnan(b).any()):
+        raise ValueError(f"{what}: the check's bound is NaN ({bound!r}): a bug in the check, "
+                         f"not in the submission")
+    ok = v <= b  # NaN <= anything is False: a NaN value fails
+    if bool(ok.all()):
+        return
+    where = f" ({_context(ctx)})" if ctx else ""
+    show = lambda x: f"{_fmt(x / per, 4)}{unit}"
+    v, b, ok = torch.broadcast_tensors(v, b, ok)
+    bad = (~ok).reshape(-1).nonzero().flatten()
+    flat_v, flat_b = v.reshape(-1), b.reshape(-1)
+    at = ""
+    if v.dim() > 0:  # which element, and how many of them
+        over = bad[torch.argmax((flat_v[bad] - flat_b[bad]).nan_to_num(math.inf))]
+        index = [int(i) for i in torch.unravel_index(over, v.shape)]
+        at = f" at {index} ({bad.numel()} of {v.numel()} over)"
+        first = int(over)
+    else:
+        first = 0
+    if bool(torch.isnan(flat_v[bad]).any()):
+        nans = int(torch.isnan(flat_v).sum())
+        count = f" ({nans} of {v.numel()} values)" if v.dim() > 0 else ""
+        cause = nan or ("the result holds NaN where the expected values are finite: an element "
+                        "never written (fresh outputs start as NaN here), or NaN computed "
+                        "(inf - inf, 0 * inf, 0 / 0 after an overflow, or a division by zero)")
+        raise Mismatch(f"{what} NaN{count}, allowed at most {show(float(flat_b[first]))}{where}: "
+                       f"NaN passes no bound; {cause}")
+    text = (f"{what} {show(float(flat_v[first]))}{at}, allowed at most "
+            f"{show(float(flat_b[first]))}{where}")
+    raise Mismatch(f"{text}: {why}" if why else text)

@@ -6,6 +6,8 @@ interpreter runs a 64x1000 kernel in ~0.1 s.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from hypothesis import strategies as st
 
@@ -127,9 +129,34 @@ def with_layout(args, layout, *, seed: int = 0):
     return tuple(out)
 
 
+# --- values past a 16-bit type's range: where a bf16 op that goes through fp16 overflows -------
+
+FP16_MAX = torch.finfo(torch.float16).max  # 65504: bf16 goes on to 3.4e38, as float32 does
+BEYOND_FP16 = (7e4, 3e5)  # magnitudes past FP16_MAX, bf16 numbers like any others
+
+
+def exp_limit(dtype) -> float:
+    """The largest x whose exp is finite in `dtype`, log(its largest number): 11.09 for fp16,
+    88.72 for bf16 and float32. A score past it overflows an exp taken in that type (softmax
+    subtracts the row's max first, so its exponents stay <= 0)."""
+    return math.log(torch.finfo(dtype).max)
+
+
+def past_fp16(shape, *, seed: int, device, dtype=torch.bfloat16, lo: float = BEYOND_FP16[0],
+              hi: float = BEYOND_FP16[1]) -> torch.Tensor:
+    """bf16 values whose magnitudes are uniform in [lo, hi] (past fp16's 65504 by default),
+    random signs, from `seed` (drawn on the CPU, as `randn`)."""
+    if not lo > FP16_MAX:
+        raise ValueError(f"lo={lo} is not past fp16's largest number {FP16_MAX}")
+    g = torch.Generator().manual_seed(seed)
+    mag = torch.empty(shape, dtype=torch.float64).uniform_(lo, hi, generator=g)
+    sign = torch.randint(0, 2, shape, generator=g).to(torch.float64) * 2 - 1
+    return (mag * sign).to(device=device, dtype=dtype)
+
+
 def extremes(t: torch.Tensor, *, seed: int, beyond_fp16: bool = True) -> torch.Tensor:
     """`t` with a few elements replaced by what real data holds besides normal values: signed
-    zeros, and for bf16 magnitudes past fp16's range (70000 to 3e5, where a bf16 kernel that
+    zeros, and for bf16 magnitudes past fp16's range (BEYOND_FP16, where a bf16 kernel that
     goes through fp16 overflows). Returns a new tensor."""
     if t.numel() == 0 or not t.is_floating_point():
         return t
@@ -139,7 +166,7 @@ def extremes(t: torch.Tensor, *, seed: int, beyond_fp16: bool = True) -> torch.T
     idx = torch.randperm(flat.numel(), generator=g)[:k].to(flat.device)
     special = torch.tensor([0.0, -0.0], dtype=torch.float64)
     if t.dtype == torch.bfloat16 and beyond_fp16:
-        big = torch.empty(4, dtype=torch.float64).uniform_(7e4, 3e5, generator=g)
+        big = torch.empty(4, dtype=torch.float64).uniform_(*BEYOND_FP16, generator=g)
         special = torch.cat([special, big, -big])
     picks = special[torch.randint(len(special), (k,), generator=g)]
     flat[idx] = picks.to(flat.device, flat.dtype)

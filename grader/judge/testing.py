@@ -326,29 +326,39 @@ def new_contents_same_shapes(fn, args, names, expected_of, check_outputs, *, see
             from None
 
 
-def kept_per_call(impl, forward, *, forbidden: int, allowed: int, what: str, fix: str) -> list:
+def kept_per_call(impl, forward, *, forbidden_elements: int, allowed: int, what: str, fix: str,
+                  element_bits: int = 8) -> list:
     """What the op keeps alive between its forward and its backward, per call, measured where
     the submission's process cannot change the figure nor hide it in a cache.
 
     The figure is the process's GPU memory as the driver counts it (NVML, read by the judge:
     `impl.footprint()`), after the process gave its cached blocks back, before and after K
     forwards whose graphs all stay alive (`forward(k)` runs the k-th, on fresh inputs, and
-    returns what keeps its graph alive: its output). A submission that reserved memory first,
-    to keep what it must not in it, cannot hide K of them there: K is chosen so that K times
-    `forbidden` (the bytes of one thing it must not keep, e.g. a mask) is twice the whole
-    footprint before the calls, so at least half of them must be new memory. Fails when the
-    growth per call is over `allowed` + `forbidden` / 2. Returns the outputs (their graphs are
-    still alive: the caller may run each backward and validate it)."""
+    returns what keeps its graph alive: its output).
+
+    What must not be kept is given as its number of elements (`forbidden_elements`: an S x S
+    matrix per head, a mask of the input's size), and its bytes are counted at the smallest
+    element it could be stored in, `element_bits` (8 by default: one byte, so P kept as uint8 or
+    fp8 counts as much as the rule allows for, and bf16 or fp32 twice or four times that; 1 for
+    a mask, which packs into bits): a rule set at the bytes of a bf16 matrix let the same matrix
+    in one byte through. A submission that reserved memory first, to keep what it must not in
+    it, cannot hide K of them there: K is chosen so that K times the forbidden bytes is twice
+    the whole footprint before the calls, so at least half of them must be new memory. Fails
+    when the growth per call is over `allowed` (what the op may keep: its output and a few
+    numbers per row) + half the forbidden bytes. Returns the outputs (their graphs are still
+    alive: the caller may run each backward and validate it)."""
+    forbidden = forbidden_elements * element_bits / 8
     before = impl.footprint()
     if before is None:
         pytest.skip("needs a GPU with NVML's per-process memory figures (pynvml)")
     k = max(8, math.ceil(2 * before / forbidden))
     live = [forward(i) for i in range(k)]
     grown = impl.footprint() - before
-    per_call = grown / k
-    if per_call > allowed + forbidden / 2:
-        raise Mismatch(f"each forward keeps {per_call / 2**20:.1f} MiB alive until its backward "
-                       f"({k} forwards kept alive, the process's GPU memory as the driver counts "
-                       f"it grew by {grown / 2**20:.0f} MiB; allowed {allowed / 2**20:.1f} MiB a "
-                       f"call): that is {what} ({forbidden / 2**20:.1f} MiB each). {fix}")
+    check.within(grown / k, allowed + forbidden / 2, unit=" MiB", per=2**20,
+                 what="each forward keeps, alive until its backward,", forwards_kept_alive=k,
+                 why=f"the process's GPU memory as the driver counts it grew by "
+                     f"{grown / 2**20:.0f} MiB, where the output and a few numbers per row "
+                     f"take {allowed / 2**20:.1f} MiB a call: that is {what} "
+                     f"({forbidden / 2**20:.1f} MiB each at {element_bits} bits an element, "
+                     f"the least it can be). {fix}")
     return live
