@@ -35,3 +35,25 @@ def test_points_are_proportional_and_gpu_checks_earn_nothing():
     r = dataclasses.replace(r, checks=checks[:2] + (dataclasses.replace(checks[2], outcome="passed"),) + checks[3:])
     assert score(ex, r).performance == pytest.approx(ex.points["performance"] * 0.5)
     assert score(ex, dataclasses.replace(r, build={"ok": False})).total == 0
+
+
+def test_a_figure_past_the_ceiling_is_impossible_and_earns_nothing():
+    """A score anomaly (the field's catalogue): a rate above 110% of the ceiling measured on
+    this GPU is not physical, whatever made it (a timer that lies, work done elsewhere), and
+    earns no performance credit, saying why; 100% earns full credit."""
+    from grader.common.ceilings import rate
+    from grader.judge.measure import figures_for
+    ex = discover(only="01")[0]
+    b = ex.benchmark
+    model = {"bytes": 3 * 4 * b.case["n"], "flops": b.case["n"]}
+    ceilings = {b.ceiling: 4000.0}
+    at_ceiling_ms = model["bytes"] / (ceilings[b.ceiling] * 1e9) * 1e3
+    assert rate(model, at_ceiling_ms, b.ceiling) == pytest.approx(ceilings[b.ceiling])
+    checks = (Check("a", "correctness", "passed"),)
+    for ms, impossible in ((at_ceiling_ms, False), (at_ceiling_ms / 1.2, True)):
+        f = figures_for(ex, model, {"ms": ms, "wall_ms": ms, "method": "graph"}, ceilings)
+        assert f["impossible"] is impossible
+        assert any("impossible, so not credited" in w for w in f["warnings"]) is impossible
+        r = TrackResult("01_vector_add", "triton", "t", build={"ok": True}, checks=checks,
+                        performance={"status": "measured", "figures": {"forward": f}})
+        assert score(ex, r).performance == (0 if impossible else ex.points["performance"])
