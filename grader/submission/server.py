@@ -8,7 +8,6 @@ after every request (`_watched`, `_redirected`).
 """
 from __future__ import annotations
 
-import inspect
 import os
 import time
 import traceback
@@ -30,18 +29,6 @@ from grader.submission.build_errors import BuildError
 from grader.submission.compiles import Compiles
 from grader.submission.evidence import analyse, redirected, watched
 from grader.submission.loader import load_track
-
-
-def _param_names(fn) -> list[str] | None:
-    """An entry point's parameter names (a Python function's, or a torch op's schema), so that
-    feedback can name an argument; None when they cannot be read."""
-    schema = getattr(fn, "_schema", None) or getattr(getattr(fn, "default", None), "_schema", None)
-    try:
-        if schema is not None:
-            return [a.name for a in schema.arguments]
-        return [p for p in inspect.signature(fn).parameters]
-    except (TypeError, ValueError):
-        return None
 
 
 # --- what the judge may ask ----------------------------------------------------------------------
@@ -189,9 +176,7 @@ class SubmissionServer:
                 "seconds": round(b.seconds if b else time.perf_counter() - start, 2),
                 "rebuilt": b.rebuilt if b else None, "sandbox": self.sandbox,
                 "gpu": self.torch.cuda.get_device_name() if self.gpu else None,
-                "torch": str(self.torch.__version__),
-                "params": {e: _param_names(getattr(self.impl, e, None))
-                           for e in self.track.entry_points}}
+                "torch": str(self.torch.__version__)}
 
     def _target(self, target):
         kind = target[0]
