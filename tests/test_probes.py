@@ -223,6 +223,17 @@ def test_online_rescale():
     assert probes.online_rescale(verifier(everywhere, softmax_reference), peaked)() is None
 
 
+def test_max_subtracted():
+    rows = torch.randn(4, 77, generator=gen(11))
+    shifted = lambda shift: (rows + shift,)
+    raw = lambda a: (torch.exp(a) / torch.exp(a).sum(-1, keepdim=True)).float()  # no max: NaN
+    found = probes.max_subtracted(verifier(raw, softmax_reference), shifted)()
+    assert found.cause.startswith("exp overflows") and "subtract the row's running max" in \
+        found.cause, found
+    everywhere = lambda a: online_softmax(a) * 1.01
+    assert probes.max_subtracted(verifier(everywhere, softmax_reference), shifted)() is None
+
+
 def test_max_neutral():
     rows = torch.randn(4, 77, generator=gen(9))
     shifted = lambda sign: (rows + 30.0 * sign,)

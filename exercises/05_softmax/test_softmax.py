@@ -24,10 +24,10 @@ LONG_ROWS = ("\n  rows longer than one block: loop over the row in blocks. The o
              "keeps a running max and a running sum (rescaled by exp(old max - new max) when the "
              "max grows) in a first pass, then a second pass writes exp(x - max) / sum; a block "
              "clipped to a maximum size silently drops the rest of the row")
-# a check with a forward and a backward case: the backward's waits for the forward checks
-STAGES = ["forward", pytest.param("backward", marks=pytest.mark.backward)]
 LONG_ROWS_BWD = ("\n  rows longer than one block, in the backward: one loop over the row for the dot "
                  "sum(dy * y), a second to write dx")
+# a check with a forward and a backward case: the backward's waits for the forward checks
+STAGES = ["forward", pytest.param("backward", marks=pytest.mark.backward)]
 
 
 def _grads(fn, x, dy):
@@ -46,15 +46,16 @@ def _forward_only(impl, ref, exercise, x, dtype, **ctx):
 
 
 def _y_probes(impl, ref, exercise, device, x, fix="compute in float32"):
-    """What a wrong y can have as a cause, each confirmed on the op (grader.judge.probes): masked
-    lanes entering the max as 0, 16-bit arithmetic."""
+    """What a wrong y can have as a cause, each confirmed on the op (grader.judge.probes): the
+    max not subtracted, masked lanes entering the max as 0, 16-bit arithmetic."""
     def verify(a):
         y = impl.softmax(a)
         check.assert_close(y, ref.reference(a.double()), dtype=y.dtype, what="y",
                            tol=exercise.tolerance[str(y.dtype).removeprefix("torch.")])
     # rows of 77 (masked lanes in the last block), shifted far above or below 0 (float32)
     rows = randn((4, 77), seed=33, dtype=torch.float32, device=device)
-    return (probes.max_neutral(verify, lambda sign: (rows + 30.0 * sign,)),
+    return (probes.max_subtracted(verify, lambda shift: (rows + shift,)),
+            probes.max_neutral(verify, lambda sign: (rows + 30.0 * sign,)),
             probes.sixteen_bit(impl.softmax, lambda a: ref.reference(a.double()), verify, (x,),
                                fix=fix))
 

@@ -124,8 +124,8 @@ def _probe_inputs(device, shift=0.0, peak=None):
 
 def _forward_probes(impl, exercise, device, q, k, v, o, causal):
     """What a wrong o can have as a cause, each confirmed on the op (grader.judge.probes): the
-    scale twice or missing, the causal diagonal off by one, a missing online rescale, masked keys
-    scored 0, 16-bit arithmetic."""
+    scale twice or missing, the causal diagonal off by one, a missing online rescale, the max not
+    subtracted, masked keys scored 0, 16-bit arithmetic."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     diagonal = 0 if causal else None
     check_o = lambda got, want: _o_close(exercise, got, want)
@@ -148,6 +148,7 @@ def _forward_probes(impl, exercise, device, q, k, v, o, causal):
              f"the causal mask hides the query's own key (> where >= belongs): {mask}")]))
     return found + [
         probes.online_rescale(plain, lambda where: _probe_inputs(device, peak=where)),
+        probes.max_subtracted(plain, lambda shift: _probe_inputs(device, shift=shift)),
         probes.max_neutral(plain, lambda sign: _probe_inputs(device, shift=16.0 * sign)),
         probes.sixteen_bit(run, reference, verify, (q, k, v)),
     ]

@@ -291,6 +291,21 @@ def online_rescale(verify, make) -> Probe:
     return probe
 
 
+def max_subtracted(verify, make) -> Probe:
+    """exp of the raw values overflows when the op is right on rows around 0 and wrong on the
+    same rows shifted up by 100 (the max not subtracted: exp(100) is inf in float32). `make(shift)`
+    gives the arguments, every value shifted by `shift`, for an op whose result does not change
+    (softmax, attention: shift-invariant)."""
+    def probe():
+        if right(verify, *make(0)) and not right(verify, *make(100)):
+            return Evidence("exp overflows: exp of a raw value passes float32's range (exp(89) is "
+                            "inf): subtract the row's running max before exp, so that every "
+                            "exponent is <= 0",
+                            "right on rows around 0, wrong on the same rows shifted up by 100")
+        return None
+    return probe
+
+
 def max_neutral(verify, make) -> Probe:
     """Masked lanes enter a max as 0 (instead of -inf) when the op is right on rows whose values
     are all well above 0 and wrong on rows all well below: `make(sign)` gives the arguments,
