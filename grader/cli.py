@@ -15,6 +15,7 @@ grader.tools: batch, bench, watch) out. A command imports only what it runs.
 from __future__ import annotations
 
 import argparse
+import base64
 import sys
 from pathlib import Path
 
@@ -42,14 +43,31 @@ def _exercises(which: str | None):
     return [ex for part in which.split(",") for ex in discover(only=part.strip())]
 
 
+def _repro_refusal(repro: str, exercise: str | None) -> str | None:
+    """What is wrong with a REPRO (check@example, as a failed check prints it), or None."""
+    name, at, blob = repro.partition("@")
+    form = "REPRO is the check's name, '@' and its example, as a failed check prints it"
+    if not at:
+        return f"--repro {repro!r} has no '@EXAMPLE': {form} (REPRO='name@example')"
+    if not name or not blob:
+        return f"--repro {repro!r} has no {'check name' if not name else 'example'}: {form}"
+    try:
+        base64.b64decode(blob, validate=True)
+    except ValueError:
+        return (f"--repro: the example {blob!r} is not one a failure printed (hypothesis' "
+                f"choices in base64): copy it whole, in single quotes")
+    if not exercise:
+        return "--repro reruns a check of one exercise: give it (--exercise NN)"
+    if "," in exercise:
+        return (f"--repro reruns a check of one exercise, and --exercise names several "
+                f"({exercise}): give the one whose check failed")
+    return None
+
+
 def cmd_grade(args) -> int:
+    if args.repro and (refusal := _repro_refusal(args.repro, args.exercise)):
+        sys.exit(f"grader: {refusal}")
     exercises = _exercises(args.exercise)
-    if args.repro and "@" not in args.repro:
-        sys.exit(f"grader: --repro {args.repro!r} has no @EXAMPLE: REPRO is the check's name, "
-                 f"'@' and the example's blob, as a failed check prints it (REPRO='name@blob')")
-    if args.repro and len(exercises) != 1:
-        sys.exit(f"grader: --repro reruns one check of one exercise: give --exercise NN "
-                 f"({len(exercises)} exercises were asked for)")
     base = from_environment()  # what a caller passed on (a batch, a test), then the arguments
     settings = base.replace(quick=args.quick or base.quick, build=args.build, repro=args.repro,
                             sanitize=args.sanitize, small=bool(args.sanitize) or base.small,

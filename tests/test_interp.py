@@ -717,6 +717,42 @@ sys.path.insert(0, sys.argv[1])
 import torch, triton, triton.language as tl
 from grader.submission.interp import install
 from grader.submission.interp_bounds import OutOfBounds
+
+# tensor descriptors: made in the kernel from a pointer, or on the host, each declaring a shape
+# (ROWS rows: 28 reaches past x's 20)
+@triton.jit
+def desc_copy(x_ptr, out_ptr, M, N, ROWS, BM: tl.constexpr, BN: tl.constexpr):
+    src = tl.make_tensor_descriptor(x_ptr, shape=[ROWS, N], strides=[N, 1], block_shape=[BM, BN])
+    dst = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    i, j = tl.program_id(0), tl.program_id(1)
+    dst.store([i * BM, j * BN], src.load([i * BM, j * BN]))
+
+@triton.jit
+def host_copy(src, dst, BM: tl.constexpr, BN: tl.constexpr):
+    i, j = tl.program_id(0), tl.program_id(1)
+    dst.store([i * BM, j * BN], src.load([i * BM, j * BN]))
+
+def copied(rows, host):
+    def go():
+        x, out = torch.randn(20, 24), torch.zeros(20, 24)
+        if host:
+            from triton.tools.tensor_descriptor import TensorDescriptor
+            host_copy[(3, 2)](TensorDescriptor(x, [rows, 24], [24, 1], [8, 16]),
+                              TensorDescriptor.from_tensor(out, [8, 16]), BM=8, BN=16)
+        else:
+            desc_copy[(3, 2)](x, out, 20, 24, rows, BM=8, BN=16)
+        assert torch.equal(out, x)
+    return go
+
+def supported(fn):
+    try:
+        fn()
+        return True
+    except Exception:
+        return False
+
+# what this Triton's interpreter runs by itself, before the shims go in
+desc_support = (supported(copied(20, host=False)), supported(copied(20, host=True)))
 install()
 
 @triton.jit
@@ -800,6 +836,13 @@ def scalar():
     assert torch.equal(o, want), (o, want)
 case("scalar", scalar)
 
+for name, works in (("desc", desc_support[0]), ("host_desc", desc_support[1])):
+    if works:
+        case(name, copied(20, host=name == "host_desc"))
+        case(f"{name}_past", copied(28, host=name == "host_desc"))
+    else:  # this Triton's interpreter, without the shims, cannot run them either
+        print(name, "SKIP")
+
 from torch.library import triton_op, wrap_triton
 @triton_op("grader_interp_test::add", mutates_args=())
 def add_op(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -847,6 +890,24 @@ def test_masked_kernels_are_never_flagged(bounds):
     # the interpreter holds `block_mask & scalar_condition` as int32, not bool: a mask all off
     # must still leave every lane untouched (an int32 array used as an index picked lane 0)
     assert bounds["ahead"] == "OK", bounds["ahead"]
+
+
+def test_tensor_descriptors_run_and_their_bounds_are_checked(bounds):
+    """tl.make_tensor_descriptor in the kernel, and a host TensorDescriptor: their loads and
+    stores run on the interpreter (a learner's 12 or 13 with TMA descriptors), and a descriptor
+    whose shape reaches past its tensor is named, not read past silently."""
+    cases = [(kind, name) for kind, name in (("desc", "pointer argument `x_ptr`"),
+                                             ("host_desc", "descriptor argument `src`"))
+             if bounds[kind] != "SKIP"]  # (what this Triton's interpreter has)
+    if not cases:
+        pytest.skip("this Triton's interpreter runs no tensor descriptors")
+    for case, name in cases:
+        assert bounds[case] == "OK", bounds[case]
+        msg = bounds[f"{case}_past"]
+        assert msg.startswith("OOB out-of-bounds desc.load") and name in msg, msg
+        assert "at element offsets 480" in msg and "outside 0..479" in msg, msg
+        assert "the descriptor's shape or strides reach past the tensor" in msg, msg
+        assert "mask it" not in msg, msg
 
 
 def test_a_float_argument_has_to_as_on_the_gpu(bounds):

@@ -1,11 +1,24 @@
 """What a learner reads for the usual mistakes: each message is triggered by a submission (a
 solution with a small text edit, conftest.variant) graded through grader.run.grade.grade_track, and
 its text checked. On a CPU the Triton tracks run on the interpreter."""
+import os
+import subprocess
+import sys
+import tomllib
+
 import pytest
 import torch
 
+from conftest import ROOT
+from grader.cli import main
 from grader.common.discover import discover
+from grader.judge.check import Mismatch
+from grader.judge.plugin import AWAITS_FORWARD
+from grader.judge.testing import AWAITS_BACKWARD, WRITES_NOTHING, value_and_grads
 from grader.run.grade import grade_track
+from grader.run.report import feedback, scorecard
+from grader.run.results import Check, TrackResult
+from grader.run.score import score
 
 EX01 = discover(only="01")[0]
 EX05 = discover(only="05")[0]
@@ -238,7 +251,8 @@ def test_backward_from_x_gets_no_forward_advice(variant, configure):
 
 def test_masked_lanes_read_as_zero_are_not_blamed_on_the_shift(variant, configure):
     """Masked lanes loaded as 0 (not -inf): softmax(x) itself is wrong. The shift-invariance
-    check says that, not "subtract the max"."""
+    check says that, not "subtract the max", and the probe of the max's neutral value names the
+    cause (grader.judge.probes.max_neutral: right on rows far above 0, wrong far below)."""
     tree = variant("05_softmax", "triton", {"softmax.py": [
         ('x = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(acc_ty)',
          "x = tl.load(x_row + cols, mask=mask, other=0.0).to(acc_ty)")]})
@@ -247,7 +261,7 @@ def test_masked_lanes_read_as_zero_are_not_blamed_on_the_shift(variant, configur
     for c in bad:
         assert c.message.startswith("softmax(x) is wrong already, before any shift"), c.message
         assert "subtracting the max" not in c.message, c.message
-        assert "masked lanes loaded as 0" in c.message, c.message
+        assert "likely cause: masked lanes take part as 0" in c.message, c.message
 
 
 def test_autograd_function_without_backward_says_start_the_backward(variant, configure):
@@ -287,3 +301,105 @@ def test_math_on_float16_names_the_kernel_line_and_the_cast(variant, configure):
         assert c.where == f"softmax.py:{line}", (c.where, c.message)
         assert c.message.count("Expected dtype ['fp32', 'fp64'] but got fp16") == 1, c.message
         assert "convert their argument with .to(tl.float32)" in c.message, c.message
+
+
+# --- staged verdicts: the backward's checks wait for the forward ---------------------------------
+
+def known_bad(variant, mistake: str):
+    """The tree of a known-bad (exercises/NN_name/wrong/<name>.toml), its exercise and spec."""
+    exercise, name = mistake.split("/")
+    spec = tomllib.loads((ROOT / "exercises" / exercise / "wrong" / f"{name}.toml").read_text())
+    tree = variant(exercise, spec["track"], {f: [tuple(p) for p in pairs]
+                                             for f, pairs in spec["edits"].items()})
+    return tree, discover(only=exercise[:2])[0], spec
+
+
+def test_a_wrong_forward_leaves_the_backward_unchecked_said_once(variant, configure):
+    """08 returning y alone: the forward's check says so; the checks of the backward (a
+    gradcheck among them) are not run, and the feedback says why once, with no cause of theirs
+    (the h-only check said "the backward must return a gradient")."""
+    tree, ex, spec = known_bad(variant, "08_add_rmsnorm/returns_only_y")
+    result, (forward, *backward) = grade_checks(
+        configure, tree, ex, "test_forward_matches_reference", "test_gradient_of_one_output",
+        "test_gradcheck")
+    assert forward and not any(backward), result.checks
+    staged = [c for c in result.checks if c.outcome == "skipped"]
+    assert {c.name.partition("[")[0] for c in staged} == {"test_gradient_of_one_output",
+                                                         "test_gradcheck"}, result.checks
+    assert all(c.message == AWAITS_FORWARD for c in staged)
+    text = feedback(ex, result, score(ex, result), full=True)
+    assert text.count(AWAITS_FORWARD) == 1 and "must return a gradient" not in text, text
+    assert text.index("FAIL test_forward_matches_reference") < text.index(AWAITS_FORWARD), text
+
+
+class _Unwritten(torch.autograd.Function):
+    """A forward that works and a backward that returns gradients it never wrote."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, dy):
+        torch.use_deterministic_algorithms(True, warn_only=True)  # empty_like poisons (NaN)
+        try:
+            return torch.empty_like(dy)
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+
+def test_a_backward_that_writes_nothing_is_said_as_such():
+    """Every gradient still holds the poison of a fresh allocation: one message, no cause
+    guessed, and the backward's other checks wait (grader.judge.plugin: a GPU's known-bad,
+    13_flash_attention/backward_writes_nothing, shows them not run)."""
+    x = torch.randn(4, 3)
+    with pytest.raises(Mismatch) as e:
+        value_and_grads(_Unwritten.apply, x, wrt=(0,), dy=torch.ones(4, 3))
+    assert str(e.value) == WRITES_NOTHING
+    assert e.value.grader_off_topic and e.value.grader_blocks_backward == AWAITS_BACKWARD
+    outs, (dx,) = value_and_grads(lambda t: t * 2, x, wrt=(0,), dy=torch.ones(4, 3))
+    assert torch.equal(dx, torch.full((4, 3), 2.0))
+
+
+def test_an_op_that_returns_too_few_outputs_is_told_so():
+    with pytest.raises(Mismatch, match=r"returned 1 output\(s\) where 2 are expected"):
+        value_and_grads(lambda t: t * 2, torch.randn(3), wrt=(0,), dy=(None, torch.ones(3)))
+
+
+# --- REPRO: one check, no points, and refusals that say what is wrong ------------------------------
+
+def test_repro_shows_no_points():
+    ex = discover(only="01")[0]
+    r = TrackResult(ex.id, "triton", "t", build={"ok": True, "stage": "import", "seconds": 1.0},
+                    checks=(Check("test_matches_reference[cpu]", "correctness", "failed", "y"),))
+    graded = scorecard([(ex, r, score(ex, r))], title="t")
+    assert "points" in graded and "total:" in graded
+    one = scorecard([(ex, r, score(ex, r))], title="t", points=False)
+    assert "points" not in one and "total" not in one and "0/1" in one, one
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--repro", "test_x"], "has no '@EXAMPLE'"),
+    (["--repro", "test_x@", "--exercise", "01"], "has no example"),
+    (["--repro", "@AAAA", "--exercise", "01"], "has no check name"),
+    (["--repro", "test_x@A!B", "--exercise", "01"], "is not one a failure printed"),
+    (["--repro", "test_x@AAAA"], "give it (--exercise NN)"),
+    (["--repro", "test_x@AAAA", "--exercise", "01,02"], "names several (01,02)"),
+])
+def test_repro_refusals_say_what_is_wrong(args, said):
+    with pytest.raises(SystemExit) as e:
+        main(["grade", *args])
+    assert said in str(e.value), e.value
+
+
+def test_the_walk_makes_every_tree():
+    """benchmarks/learner_walk.sh, dry: each mistake of the newcomer's walk is a known-bad whose
+    edits apply to today's solution, and the grade it runs is `python -m grader grade`."""
+    out = subprocess.run(["bash", "benchmarks/learner_walk.sh"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600,
+                         env=dict(os.environ, DRY_RUN="1", PY=sys.executable))
+    assert out.returncode == 0, out.stderr
+    walked = [line for line in out.stdout.splitlines() if line.startswith("== ")]
+    graded = [line for line in out.stdout.splitlines() if line.startswith("+ ")]
+    assert len(walked) == len(graded) == 8, out.stdout
+    assert all(" -m grader grade --exercise " in line for line in graded), graded

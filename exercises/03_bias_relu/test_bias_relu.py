@@ -140,6 +140,7 @@ def test_forward_matches_reference(impl, ref, device, assert_close, data, dtype,
 
 # --- backward values ---------------------------------------------------------------------------
 
+@pytest.mark.backward
 @given(data=st.data(), dtype=dtypes(DTYPES), scale=st.sampled_from(SCALES), seed=seeds)
 def test_backward_matches_reference(impl, ref, tolerance, device, assert_close, data, dtype, scale,
                                     seed):
@@ -148,6 +149,7 @@ def test_backward_matches_reference(impl, ref, tolerance, device, assert_close, 
                            device=device, scale=scale)
 
 
+@pytest.mark.backward
 def test_awkward_shapes(impl, ref, tolerance, device, assert_close):
     """One column, one row, primes, N not a multiple of 4 or 8 (no whole 16-byte vectors), and
     on the GPU large M (many rows per thread, many partial sums) and very long rows."""
@@ -161,6 +163,7 @@ def test_awkward_shapes(impl, ref, tolerance, device, assert_close):
                                    dtype=dtype, device=device, scale=-1.5 if i % 2 else 2.0)
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("how", ["y.sum().backward()", "transposed grad_y"])
 def test_backward_with_strided_grad_output(impl, ref, tolerance, device, assert_close, how):
     """Autograd hands backward whatever gradient it has: y.sum().backward() passes ones expanded
@@ -230,6 +233,7 @@ def test_module_holds_bias_as_parameter(impl, device, assert_close, ref):
     assert_close(rep["y64"], expected, dtype=torch.float64, what="BiasReLU.double()(x)")
 
 
+@pytest.mark.backward
 def test_module_in_sequential_trains_its_bias(impl, device, ref):
     """nn.Linear -> BiasReLU in nn.Sequential, built on the CPU and moved with .to(device)
     (reference.sequential_report). Small integers everywhere make every product and sum exact in
@@ -324,6 +328,7 @@ def test_strided_inputs_handled_or_refused(impl, ref, device, assert_close, layo
                  layout=layout)
 
 
+@pytest.mark.backward
 def test_empty_batch(impl, device):
     """M = 0 rows: y is [0, N], and grad_bias, a sum over no rows, is zeros (not unwritten)."""
     x = torch.empty((0, 24), device=device, requires_grad=True)
@@ -340,6 +345,7 @@ def test_empty_batch(impl, device):
         raise Mismatch("with M = 0 rows x.grad must be an empty [0, 24] tensor")
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
 def test_misaligned_views(impl, ref, tolerance, device, assert_close, dtype):
     """x = flat[1:].view(M, N) is contiguous, but starts one element past a 16-byte boundary
@@ -360,6 +366,7 @@ def test_misaligned_views(impl, ref, tolerance, device, assert_close, dtype):
 
 # Last: an implementation with 32-bit offsets faults here, and a fault ends the CUDA context
 # (and every check after it).
+@pytest.mark.backward
 def test_more_than_2_31_elements(impl, ref, tolerance, assert_close):
     """2^31 + 4096 elements in fp16 (4.3 GB a tensor): r * N overflows a 32-bit int on the last
     rows, so offsets must be int64. Checks the last rows and the column sums over all rows."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader.judge import check
+from grader.judge import check, probes
 from grader.judge.gradcheck import gradcheck_checked
 from grader.judge.testing import off_topic
 from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
@@ -26,6 +26,8 @@ LONG_ROWS = ("\n  rows longer than one block: loop over the row in blocks. The o
              "clipped to a maximum size silently drops the rest of the row")
 LONG_ROWS_BWD = ("\n  rows longer than one block, in the backward: one loop over the row for the dot "
                  "sum(dy * y), a second to write dx")
+# a check with a forward and a backward case: the backward's waits for the forward checks
+STAGES = ["forward", pytest.param("backward", marks=pytest.mark.backward)]
 
 
 def _grads(fn, x, dy):
@@ -41,6 +43,21 @@ def _forward_only(impl, ref, exercise, x, dtype, **ctx):
     check.assert_close(call_checked(impl.softmax, x, names=("x",)), ref.reference(x.double()),
                        tol=exercise.tolerance[str(dtype).removeprefix("torch.")], dtype=dtype,
                        what="y", **ctx)
+
+
+def _y_probes(impl, ref, exercise, device, x, fix="compute in float32"):
+    """What a wrong y can have as a cause, each confirmed on the op (grader.judge.probes): the
+    max not subtracted, masked lanes entering the max as 0, 16-bit arithmetic."""
+    def verify(a):
+        y = impl.softmax(a)
+        check.assert_close(y, ref.reference(a.double()), dtype=y.dtype, what="y",
+                           tol=exercise.tolerance[str(y.dtype).removeprefix("torch.")])
+    # rows of 77 (masked lanes in the last block), shifted far above or below 0 (float32)
+    rows = randn((4, 77), seed=33, dtype=torch.float32, device=device)
+    return (probes.max_subtracted(verify, lambda shift: (rows + shift,)),
+            probes.max_neutral(verify, lambda sign: (rows + 30.0 * sign,)),
+            probes.sixteen_bit(impl.softmax, lambda a: ref.reference(a.double()), verify, (x,),
+                               fix=fix))
 
 
 def _expected(ref, x, dy):
@@ -83,13 +100,17 @@ def _check_both(exercise, dy, got, want, dtype, **ctx):
 # --- values and gradients ----------------------------------------------------------------------
 
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds, scale=st.sampled_from([1.0, 3.0, 30.0]))
-def test_forward_matches_reference(impl, ref, device, assert_close, data, dtype, seed, scale):
+def test_forward_matches_reference(impl, ref, exercise, device, assert_close, data, dtype, seed,
+                                   scale):
     shape = draw_row_shape(data, device)
     x = randn(shape, seed=seed, dtype=dtype, device=device, scale=scale)
     y = call_checked(impl.softmax, x, names=("x",))
-    assert_close(y, ref.reference(x.double()), dtype=dtype, shape=shape, scale=scale, seed=seed)
+    with probes.explained(*_y_probes(impl, ref, exercise, device, x)):
+        assert_close(y, ref.reference(x.double()), dtype=dtype, shape=shape, scale=scale,
+                     seed=seed)
 
 
+@pytest.mark.backward
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds, scale=st.sampled_from([1.0, 3.0, 30.0]))
 def test_backward_matches_reference(impl, ref, exercise, device, data, dtype, seed, scale):
     shape = draw_row_shape(data, device)
@@ -99,7 +120,7 @@ def test_backward_matches_reference(impl, ref, exercise, device, data, dtype, se
                 shape=shape, scale=scale, seed=seed)
 
 
-@pytest.mark.parametrize("stage", ["forward", "backward"])
+@pytest.mark.parametrize("stage", STAGES)
 @pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 def test_awkward_shape(impl, ref, exercise, device, assert_close, dtype, stage):
     """The Triton tutorial's awkward shape (781 columns: not a power of two), fixed seeds."""
@@ -116,18 +137,14 @@ def test_awkward_shape(impl, ref, exercise, device, assert_close, dtype, stage):
 def test_float32_accuracy(impl, ref, exercise, device, assert_close, n):
     """float32 in, float32 accuracy out: short rows, where y is O(0.1) and every bit shows."""
     x = randn((16, n), seed=31, dtype=torch.float32, device=device, scale=3.0)
-    try:
+    with probes.explained(*_y_probes(impl, ref, exercise, device, x, fix=(
+            "convert loads to float32 and compute exp and the sum in float32, for every input "
+            "dtype"))):
         assert_close(impl.softmax(x), ref.reference(x.double()), dtype=torch.float32, what="y",
                      N=n)
-    except Mismatch as e:
-        if "16-bit" not in str(e) and "float16 numbers" not in str(e) \
-                and "bfloat16 numbers" not in str(e):
-            raise
-        raise Mismatch(f"{e}\n  convert loads to float32 and compute exp and the sum in "
-                       f"float32, for every input dtype") from None
 
 
-@pytest.mark.parametrize("stage", ["forward", "backward"])
+@pytest.mark.parametrize("stage", STAGES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_rows_longer_than_a_block(impl, ref, exercise, device, assert_close, dtype, stage):
     """Rows of 16K-128K elements: more than one block holds (the online softmax)."""
@@ -196,7 +213,7 @@ SHIFT_BITS = {torch.float32: 13, torch.float16: 6, torch.bfloat16: 3}
 
 
 @given(dtype=dtypes(DTYPES), seed=seeds, k=st.integers(0, 13), sign=st.sampled_from([1, -1]))
-def test_shift_invariance(impl, ref, device, assert_close, dtype, seed, k, sign):
+def test_shift_invariance(impl, ref, exercise, device, assert_close, dtype, seed, k, sign):
     """softmax(x + c) == softmax(x) for any constant c (here exact in the dtype, up to 8192)."""
     c = sign * 2.0 ** min(k, SHIFT_BITS[dtype])
     shape = (5, 77)
@@ -210,13 +227,16 @@ def test_shift_invariance(impl, ref, device, assert_close, dtype, seed, k, sign)
                      seed=seed)
     except Mismatch as e:
         try:  # the shift is the cause only if softmax(x) itself is right
-            assert_close(y, ref.reference(x.double()), dtype=dtype, what="softmax(x)", seed=seed)
+            with probes.explained(*_y_probes(impl, ref, exercise, device, x)):
+                assert_close(y, ref.reference(x.double()), dtype=dtype, what="softmax(x)",
+                             seed=seed)
         except Mismatch as plain:
             raise off_topic(Mismatch(f"softmax(x) is wrong already, before any shift:\n"
                                      f"{plain}")) from None
         raise Mismatch(f"{e}{STABILITY}") from None
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 def test_large_magnitudes(impl, ref, exercise, device, assert_close, dtype):
     """|x| up to ~4e4 (and rows of values all near +1e4): exp(x) alone overflows every dtype."""
@@ -237,6 +257,7 @@ def test_large_magnitudes(impl, ref, exercise, device, assert_close, dtype):
         raise Mismatch(f"{e}{STABILITY}") from None
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("n", [1, 5, 300, "long"], ids=lambda n: f"N={n}")
 def test_rows_of_minus_inf(impl, ref, exercise, device, assert_close, n):
     """Masked rows: -inf everywhere but one element gives exactly 1 there and 0 elsewhere;
@@ -265,6 +286,7 @@ def test_rows_of_minus_inf(impl, ref, exercise, device, assert_close, n):
     _check_both(exercise, dy, got, want, torch.float32, shape=(m, n), masked="-inf")
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("shape", [(1,), (5, 1), (2, 3, 1)], ids=str)
 def test_one_element_rows(impl, ref, exercise, device, assert_close, shape):
     """N = 1: y = 1 and dx = 0, whatever x (a huge x included)."""
@@ -274,6 +296,7 @@ def test_one_element_rows(impl, ref, exercise, device, assert_close, shape):
                 shape=shape)
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("layout", ["every other row", "every other column", "transposed"])
 def test_strided_x_handled_or_refused(impl, ref, exercise, device, assert_close, layout):
     """A view that is not contiguous must give the right answer or be refused, naming `x`."""
@@ -301,9 +324,11 @@ def test_strided_x_handled_or_refused(impl, ref, exercise, device, assert_close,
         except Mismatch as dense:
             raise off_topic(Mismatch(f"wrong with a dense x too, so not because of the view:\n"
                                      f"{dense}")) from None
-        raise Mismatch(str(e)) from None  # the view's failure: this check's hint applies
+        # the view's failure: this check's hint applies
+        raise probes.with_cause(e, probes.view_evidence((x,), ("x",))) from None
 
 
+@pytest.mark.backward
 def test_strided_dy(impl, ref, exercise, device, assert_close):
     """The gradient of y.sum() is one value expanded (stride 0): the backward must read it right."""
     x = randn((6, 50), seed=25, dtype=torch.float32, device=device, scale=2.0)

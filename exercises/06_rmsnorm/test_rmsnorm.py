@@ -71,6 +71,7 @@ def test_forward_matches_reference(impl, ref, device, assert_close, data, dtype,
                  eps=eps, seed=seed)
 
 
+@pytest.mark.backward
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds,
        eps=st.sampled_from([1e-6, 1e-5, 1e-2]))
 def test_backward_matches_reference(impl, ref, device, grads_close, data, dtype, seed, eps):
@@ -81,6 +82,7 @@ def test_backward_matches_reference(impl, ref, device, grads_close, data, dtype,
                 seed=seed)
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_rows_longer_than_a_block(impl, ref, device, assert_close, grads_close, dtype):
     """Rows of 16K-128K elements: more than one block holds (loop over column blocks)."""
@@ -94,6 +96,7 @@ def test_rows_longer_than_a_block(impl, ref, device, assert_close, grads_close, 
         grads_close(got, want, x=x, dtype=dtype, shape=shape)
 
 
+@pytest.mark.backward
 def test_dw_over_many_rows(impl, ref, device, assert_close, grads_close):
     """dw over many rows, accumulated in float32 (per-program partials), never in bf16.
 
@@ -135,6 +138,7 @@ def test_scale_invariance(impl, device, assert_close, dtype, seed, k):
                  seed=seed)
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_rows_of_zeros(impl, ref, device, assert_close, grads_close, dtype):
     """A row of zeros gives zeros (rstd = 1/sqrt(eps), no 0/0) and finite gradients."""
@@ -156,6 +160,7 @@ def test_rows_of_zeros(impl, ref, device, assert_close, grads_close, dtype):
     grads_close(got, want, x=x, dtype=dtype, shape=shape)
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_large_magnitudes(impl, ref, exercise, device, assert_close, dtype):
     """|x| ~ 1e4: x*x ~ 1e8 overflows float16 (max 65504): square in float32."""
@@ -178,6 +183,7 @@ def test_large_magnitudes(impl, ref, exercise, device, assert_close, dtype):
         "torch.")], shape[0], dtype), dtype=dtype, what="dw", shape=shape, x_scale=1e4)
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("layout", ["every other column", "transposed"])
 def test_strided_x_handled_or_refused(impl, ref, device, assert_close, grads_close, layout):
     """A view that is not contiguous must give the right answer or be refused, naming `x`."""
@@ -233,6 +239,7 @@ def test_opcheck(impl, track, device):
     opcheck_samples(impl, track, device, f"{ns}::rmsnorm_bwd", bwd)
 
 
+@pytest.mark.backward
 def test_torch_compile_without_graph_breaks(impl, ref, track, device):
     """torch.compile(fullgraph=True) of Linear -> rmsnorm -> Linear (reference.block): no graph
     break, and values and gradients of every input as the float64 reference gives them."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader.judge import check
+from grader.judge import check, probes
 from grader.judge.gradcheck import gradcheck_checked
 from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.judge.strategies import draw_row_shape, dtypes, randn, seeds
@@ -77,6 +77,7 @@ def test_forward_matches_reference(impl, ref, device, assert_close, data, dtype,
                  shape=shape, eps=eps, seed=seed)
 
 
+@pytest.mark.backward
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds, eps=st.sampled_from([1e-5, 1e-6, 1e-2]))
 def test_backward_matches_reference(impl, ref, exercise, device, data, dtype, seed, eps):
     shape = draw_row_shape(data, device)
@@ -86,6 +87,7 @@ def test_backward_matches_reference(impl, ref, exercise, device, data, dtype, se
     _grads_close(exercise, got, want, x=x, dtype=dtype, shape=shape, eps=eps, seed=seed)
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_rows_longer_than_a_block(impl, ref, exercise, device, assert_close, dtype):
     """Rows of 16K-128K elements: more than the registers of one block hold."""
@@ -100,6 +102,7 @@ def test_rows_longer_than_a_block(impl, ref, exercise, device, assert_close, dty
         _grads_close(exercise, got, want, x=x, dtype=dtype, shape=shape)
 
 
+@pytest.mark.backward
 def test_dw_db_over_many_rows(impl, ref, exercise, device, assert_close):
     """dw and db over many rows, accumulated in float32 (per-block partials), never in bf16.
 
@@ -123,6 +126,7 @@ def test_dw_db_over_many_rows(impl, ref, exercise, device, assert_close):
                        f"reduction), and round to bf16 once at the end") from None
 
 
+@pytest.mark.backward
 def test_deterministic(impl, device):
     """The same inputs give the same bits: dw and db added in a fixed order (no atomics)."""
     shape = (64, 40) if device == "cpu" else (8192, 1024)
@@ -152,6 +156,7 @@ def test_gradcheck(impl, ref, device, shape):
                            "of dy * xhat, db = the sum over rows of dy")
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("wrt", [(0,), (1, 2), (0, 2), (1,)], ids=lambda w: "grad of " +
                          "+".join("xwb"[i] for i in w))
 def test_only_the_gradients_asked_for(impl, ref, exercise, device, wrt):
@@ -166,6 +171,7 @@ def test_only_the_gradients_asked_for(impl, ref, exercise, device, wrt):
 
 # --- numerics: constant rows, large offsets ----------------------------------------------------
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_constant_rows(impl, ref, exercise, device, assert_close, dtype):
     """A row of equal values has variance 0: rstd = 1/sqrt(eps) must be finite, y = b exactly,
@@ -196,6 +202,7 @@ def test_constant_rows(impl, ref, exercise, device, assert_close, dtype):
                        ) from None
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("shape", [(7, 300), (3, 4096)], ids=str)
 def test_large_offsets(impl, ref, exercise, device, shape):
     """Mean 1e4, standard deviation 1 (float32): the one-pass E[x²] - E[x]² loses it all.
@@ -230,6 +237,7 @@ def test_large_offsets(impl, ref, exercise, device, shape):
 
 # --- layouts and refusals ----------------------------------------------------------------------
 
+@pytest.mark.backward
 @pytest.mark.parametrize("layout", ["row stride > N", "every other row", "every other column",
                                     "transposed"])
 def test_strided_x_handled_or_refused(impl, ref, exercise, device, assert_close, layout):
@@ -252,9 +260,15 @@ def test_strided_x_handled_or_refused(impl, ref, exercise, device, assert_close,
         if "not implemented yet" in str(e) or not names_argument(str(e), "x"):
             raise
         return  # refused with a message naming x: fine
-    y_ref, want = _expected(ref, x, w, b, dy)
-    assert_close(y, y_ref, dtype=torch.float32, layout=layout)
-    _grads_close(exercise, got, want, x=x, dtype=torch.float32, shape=(9, n), layout=layout)
+
+    def compare(y, got, x, w, b, dy):
+        y_ref, want = _expected(ref, x, w, b, dy)
+        assert_close(y, y_ref, dtype=torch.float32, layout=layout)
+        _grads_close(exercise, got, want, x=x, dtype=torch.float32, shape=(9, n), layout=layout)
+    verify = lambda *a: compare(*_run(impl.layernorm, *a), *a)
+    with probes.explained(probes.strides(verify, (x, w, b, dy), ("x", "w", "b", "dy")),
+                          hint_on_evidence=True):
+        compare(y, got, x, w, b, dy)
 
 
 def test_refuses_bad_inputs(impl, device):
@@ -309,6 +323,7 @@ def test_opcheck(impl, track, device):
     opcheck_samples(impl, track, device, BWD, bwd)
 
 
+@pytest.mark.backward
 def test_torch_compile_without_graph_breaks(impl, ref, track, device):
     """torch.compile(fullgraph=True) of Linear -> layernorm -> Linear (reference.block): no
     graph break, and the same values and gradients as the float64 reference."""

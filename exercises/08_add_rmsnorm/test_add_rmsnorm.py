@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader.judge import check
+from grader.judge import check, probes
 from grader.judge.gradcheck import gradcheck_checked
 from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.judge.strategies import draw_row_shape, dtypes, randn, seeds
@@ -72,27 +72,57 @@ def _run(impl, ref, x, r, w, eps, dy, dh, tol):
     return outs + grads, want_outs + want_grads
 
 
+def _y_of(impl, ref, exercise):
+    """y for the probes (grader.judge.probes): run(x, residual, w, eps) -> the op's y,
+    reference(...) -> its float64 expectation, verify(...) runs and compares (raises)."""
+    def run(x, r, w, eps):
+        return impl.add_rmsnorm(x, r, w, eps)[0]
+
+    def reference(x, r, w, eps):
+        return ref.reference(x.double(), r.double(), w.double(), eps)[0]
+
+    def verify(*a):
+        y = run(*a)
+        check.assert_close(y, reference(*a), tol=_tol(exercise, y.dtype), dtype=y.dtype, what="y")
+    return run, reference, verify
+
+
+def _y_probes(impl, ref, exercise, args):
+    """What a wrong y can have as a cause, each confirmed on the op: eps where the formula does
+    not have it (probed in float32), 16-bit arithmetic. `args`: (x, residual, w, eps)."""
+    run, reference, verify = _y_of(impl, ref, exercise)
+    in_float32 = tuple(t.float() for t in args[:3]) + args[3:]
+    return (probes.eps_placement(verify, in_float32, eps_at=3, formula="1/sqrt(mean(h²) + eps)"),
+            probes.sixteen_bit(run, reference, verify, args))
+
+
 @pytest.fixture(scope="module")
 def all_close(exercise):
     """Compare (y, h, dx, dresidual, dw); dx and dresidual with their atol scaled by each row's
     max(1, rstd) (grader.judge.testing.rstd_scale: the gradient through the norm is rstd * (...));
-    dw is a sum over rows: its bound grows (sum_tol)."""
-    def close(got, want, *, dtype, shape, **ctx):
+    dw is a sum over rows: its bound grows (sum_tol). `dh`: the incoming gradient of h, when it
+    had one: a dx that is only one of its two parts (the norm's, dh) is then named."""
+    def close(got, want, *, dtype, shape, dh=None, **ctx):
         tol = _tol(exercise, dtype)
         tols = [tol] * (len(got) - 1) + [sum_tol(tol, _rows(shape), dtype)]
         names = ["y", "h (= x + residual)", "dx", "dresidual",
                  "dw (the sum over rows of dy * hhat)"]
         scale = rstd_scale(want[1], ctx.get("eps", EPS), centered=False)  # want[1]: h, float64
         scales = [None, None, scale, scale, None] if len(got) == 5 else None
-        try:
+        parts = []
+        if dh is not None and len(got) == 5:  # dx = dresidual = (through the norm, from dy) + dh
+            dh64 = dh.double()
+            feeds = "h = x + residual feeds both y and the h output: dx = dresidual = (the " \
+                    "gradient through the norm, from dy) + dh, the gradient of h itself"
+            parts = [("dh alone", lambda: dh64, f"the gradient through the norm, from dy, is "
+                                                f"missing: {feeds}"),
+                     ("the gradient through the norm alone, without dh",
+                      lambda: want[2] - dh64, f"dh is not added: {feeds}")]
+        dx_close = lambda g, w: check.assert_close(g, w, tol=tol, dtype=dtype, what="dx",
+                                                   atol_scale=scale)
+        with probes.explained(probes.variants(got[2], dx_close, parts)):
             assert_all_close(got, want, tols=tols, names=names[:len(got) - 1] + names[-1:],
                              atol_scales=scales, shape=shape, **ctx)
-        except Mismatch as e:
-            text = str(e)
-            if text.startswith(("dx", "dresidual")):
-                text += ("\n  h = x + residual feeds both y and the h output: dx = dresidual = "
-                         "(the gradient through the norm, from dy) + dh, the gradient of h itself")
-            raise Mismatch(text) from None
     return close
 
 
@@ -109,10 +139,12 @@ def test_forward_matches_reference(impl, ref, exercise, device, data, dtype, see
                        "layer's residual stream, and writing it costs one pass, not two")
     _check_h(out[1], x, r, _tol(exercise, dtype), shape=shape, seed=seed)
     want_y, _ = ref.reference(_x_exp(out[1], r), r.double(), w.double(), eps)
-    check.assert_close(out[0], want_y, tol=_tol(exercise, dtype), dtype=dtype, what="y",
-                       shape=shape, eps=eps, seed=seed)
+    with probes.explained(*_y_probes(impl, ref, exercise, (x, r, w, eps))):
+        check.assert_close(out[0], want_y, tol=_tol(exercise, dtype), dtype=dtype, what="y",
+                           shape=shape, eps=eps, seed=seed)
 
 
+@pytest.mark.backward
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds,
        eps=st.sampled_from([1e-6, 1e-5, 1e-2]))
 def test_backward_matches_reference(impl, ref, exercise, device, all_close, data, dtype, seed, eps):
@@ -120,9 +152,10 @@ def test_backward_matches_reference(impl, ref, exercise, device, all_close, data
     shape = draw_row_shape(data, device)
     x, r, w, dy, dh = _inputs(shape, seed, dtype, device)
     got, want = _run(impl, ref, x, r, w, eps, dy, dh, _tol(exercise, dtype))
-    all_close(got, want, dtype=dtype, shape=shape, eps=eps, seed=seed)
+    all_close(got, want, dtype=dtype, shape=shape, dh=dh, eps=eps, seed=seed)
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("used", ["y only", "h only"])
 def test_gradient_of_one_output(impl, ref, device, used):
     """Only one output is differentiated: the other's gradient is None (or zeros) and adds
@@ -137,6 +170,7 @@ def test_gradient_of_one_output(impl, ref, device, used):
                      names=["dx", "dresidual", "dw"][:len(grads)], used=used)
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_rows_longer_than_a_block(impl, ref, exercise, device, all_close, dtype):
     """Rows of 16K-128K elements: more than one block holds (loop over column blocks)."""
@@ -145,9 +179,10 @@ def test_rows_longer_than_a_block(impl, ref, exercise, device, all_close, dtype)
     for i, shape in enumerate(cases):
         x, r, w, dy, dh = _inputs(shape, 100 + i, dtype, device)
         got, want = _run(impl, ref, x, r, w, EPS, dy, dh, _tol(exercise, dtype))
-        all_close(got, want, dtype=dtype, shape=shape)
+        all_close(got, want, dtype=dtype, shape=shape, dh=dh)
 
 
+@pytest.mark.backward
 def test_dw_over_many_rows(impl, ref, exercise, device, all_close):
     """dw over many rows, accumulated in float32 (per-program partials), never in bf16.
 
@@ -259,6 +294,7 @@ def test_in_place_strided_residual_handled_or_refused(impl, ref, device):
 
 # --- properties and edge cases -----------------------------------------------------------------
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_rows_where_h_is_zero(impl, ref, exercise, device, all_close, dtype):
     """residual = -x in some rows: h is 0 there, y is 0 (rstd = 1/sqrt(eps)), gradients finite."""
@@ -274,7 +310,7 @@ def test_rows_where_h_is_zero(impl, ref, exercise, device, all_close, dtype):
                            f"square root")
     if bool((got[0][[1, 4]] != 0).any()):
         raise Mismatch("where h is a row of zeros, y must be exactly zeros")
-    all_close(got, want, dtype=dtype, shape=shape)
+    all_close(got, want, dtype=dtype, shape=shape, dh=dh)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
@@ -285,14 +321,16 @@ def test_large_magnitudes(impl, ref, exercise, device, dtype):
     y, h = impl.add_rmsnorm(x, r, w, EPS)
     _check_h(h, x, r, _tol(exercise, dtype), shape=shape, x_scale=5e3)
     want_y, _ = ref.reference(_x_exp(h, r), r.double(), w.double(), EPS)
-    try:
+    _, _, verify = _y_of(impl, ref, exercise)
+    overflow = probes.in_float32(verify, (x, r, w, EPS), "|h| ~ 1e4 here: h*h ~ 1e8 is inf in "
+                                                         "float16 (max 65504): square and sum "
+                                                         "in float32")
+    with probes.explained(overflow):
         check.assert_close(y, want_y, tol=_tol(exercise, dtype), dtype=dtype, what="y",
                            shape=shape, x_scale=5e3)
-    except Mismatch as e:
-        raise Mismatch(f"{e}\n  |h| ~ 1e4 here: h*h ~ 1e8 is inf in float16 (max 65504): square "
-                       f"and sum in float32") from None
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("layout", ["every other column", "transposed"])
 def test_strided_x_handled_or_refused(impl, ref, exercise, device, all_close, layout):
     """A view that is not contiguous must give the right answer or be refused, naming `x`."""
@@ -307,7 +345,13 @@ def test_strided_x_handled_or_refused(impl, ref, exercise, device, all_close, la
         if "not implemented yet" in str(e) or not names_argument(str(e), "x"):
             raise
         return  # refused with a message naming x: fine
-    all_close(got, want, dtype=torch.float32, shape=(9, 130), layout=layout)
+
+    def verify(*args):
+        all_close(*_run(impl, ref, *args, _tol(exercise, torch.float32)), dtype=torch.float32,
+                  shape=(9, 130), dh=args[-1], layout=layout)
+    with probes.explained(probes.strides(verify, (x, r, w, EPS, dy, dh), NAMES + ("dy", "dh")),
+                          hint_on_evidence=True):
+        all_close(got, want, dtype=torch.float32, shape=(9, 130), dh=dh, layout=layout)
 
 
 def test_refuses_bad_residual_and_w(impl, device):
@@ -334,6 +378,7 @@ def _samples(device, grad):
         yield shape, dtype, (x, r, w, dy, dh)
 
 
+@pytest.mark.backward
 def test_opcheck(impl, track, device):
     """torch.library.opcheck of the three ops: schema (a mutation must be declared), fake
     kernel, autograd registration, AOT dispatch; with and without grad."""
@@ -366,6 +411,7 @@ def _block_args(device, n=64, seed=41):
 COMPILE_TOL = {"atol": 1e-4, "rtol": 1e-4}  # fp32 against float64: the Linears' sums round
 
 
+@pytest.mark.backward
 def test_torch_compile_without_graph_breaks(impl, ref, track, device):
     """torch.compile(fullgraph=True) of two residual layers (reference.block): no graph break,
     values and every gradient as the float64 reference."""

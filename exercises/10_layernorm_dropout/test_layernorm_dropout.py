@@ -131,6 +131,7 @@ def test_forward_matches_reference(impl, ref, exercise, device, data, dtype, see
     _check_mask_fraction(keep, p, shape=shape, seed=seed, rng_seed=rng)
 
 
+@pytest.mark.backward
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds, p=st.sampled_from(PS),
        rng=st.integers(0, 2**31 - 1))
 def test_backward_matches_reference(impl, ref, exercise, device, data, dtype, seed, p, rng):
@@ -139,6 +140,7 @@ def test_backward_matches_reference(impl, ref, exercise, device, data, dtype, se
     _grads_checked(impl, ref, exercise, x, w, b, p, rng, dy, shape=shape, seed=seed)
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_p_zero_is_layernorm(impl, ref, exercise, device, dtype):
     """p = 0 keeps everything: y is LayerNorm itself, gradients included."""
@@ -152,6 +154,7 @@ def test_p_zero_is_layernorm(impl, ref, exercise, device, dtype):
                        what="y with p = 0 (plain LayerNorm)", shape=shape)
 
 
+@pytest.mark.backward
 def test_p_one_drops_everything(impl, device):
     """p = 1 drops everything (as F.dropout does): y = 0 and every gradient 0, never NaN."""
     x, w, b, dy = _inputs((5, 64), 4, torch.float32, device)
@@ -163,6 +166,7 @@ def test_p_one_drops_everything(impl, device):
                            f"(or NaN) elements: the scale 1/(1-p) is infinite there, use 0")
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_rows_longer_than_a_block(impl, ref, exercise, device, dtype):
     """Rows of 16K-128K elements: the mask keeps its rule across column blocks."""
@@ -173,6 +177,7 @@ def test_rows_longer_than_a_block(impl, ref, exercise, device, dtype):
         _check_mask_fraction(keep, 0.25, shape=shape)
 
 
+@pytest.mark.backward
 def test_dw_db_over_many_rows(impl, ref, exercise, device):
     """dw, db over many rows, summed in float32 (per-program partials), never in bf16.
 
@@ -246,6 +251,7 @@ def test_mask_depends_only_on_seed_and_index(impl, exercise, device):
                        "is the element's index in the [M, N] view, row * N + col")
 
 
+@pytest.mark.backward
 def test_backward_regenerates_the_same_mask(impl, device):
     """One row: db = dy * keep / (1 - p) exactly, so db is 0 exactly where y was dropped, and
     dy / (1 - p) where kept: the backward drew the forward's mask."""
@@ -322,6 +328,7 @@ def test_kept_values_are_rescaled(impl, ref, device):
 
 # --- the LayerNorm part: numerics -------------------------------------------------------------
 
+@pytest.mark.backward
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_constant_rows(impl, ref, exercise, device, dtype):
     """A constant row has variance 0: rstd = 1/sqrt(eps), y = b (kept) or 0, finite gradients.
@@ -450,6 +457,7 @@ def test_refuses_p_outside_0_1(impl, device, p):
     expect_refusal(impl.layernorm_dropout, x, w, w, p, 1, EPS, argument="p")
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("layout", ["every other column", "transposed"])
 def test_strided_x_handled_or_refused(impl, ref, exercise, device, layout):
     """A view that is not contiguous must give the right answer or be refused, naming `x`."""
@@ -493,6 +501,7 @@ def test_every_argument_as_a_view(impl, ref, exercise, device):
 
 # --- what it costs: no mask kept between the forward and the backward --------------------------
 
+@pytest.mark.backward
 def test_no_mask_kept_for_the_backward(impl, ref, exercise, track, device):
     """Between the forward and the backward the op may keep x, w, b and a few numbers per row,
     not a mask: a stored mask is 1 byte per element (1 bit packed) more to write and read.

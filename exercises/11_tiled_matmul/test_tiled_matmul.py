@@ -138,6 +138,7 @@ def test_forward_matches_reference(impl, ref, device, data, dtype, seed):
     check_forward(impl, ref, A, B, bias, seed=seed)
 
 
+@pytest.mark.backward
 @given(data=st.data(), dtype=st.sampled_from(DTYPES), seed=seeds)
 def test_backward_matches_reference(impl, ref, device, data, dtype, seed):
     shape = draw_shape(data, device)
@@ -160,6 +161,7 @@ SHAPES = {
 assert len(SHAPES["cpu"]) == len(SHAPES["cuda"])
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("i", range(len(SHAPES["cuda"])))
 def test_awkward_shapes(impl, ref, device, i):
     """Forward and backward at sizes that are not tile multiples: 1, primes, one off 128, 1000-odd."""
@@ -202,6 +204,7 @@ def test_many_tiles(impl, ref, device):
                            f"(before anyone reads it) and before it is overwritten") from None
 
 
+@pytest.mark.backward
 def test_relu_mask_in_backward(impl, ref, device):
     """dY = 1 everywhere: dbias[n] then counts the rows where Y[m, n] > 0, and dA, dB are
     wrong wherever the mask is forgotten (about half the entries here)."""
@@ -263,6 +266,7 @@ LAYOUTS = ["A transposed view", "B transposed view", "both transposed", "A every
            "B rows sliced"]
 
 
+@pytest.mark.backward
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_strided_inputs_handled_or_refused(impl, ref, device, layout):
     """Views that are not contiguous: the right answer (read through the strides, or copied) or
@@ -369,6 +373,7 @@ def test_new_contents_same_shapes(impl, ref, device):
 
 # --- registration: opcheck, torch.compile --------------------------------------------------------
 
+@pytest.mark.backward
 def test_opcheck(impl, track, device):
     """torch.library.opcheck of the three ops: schema, fake kernels, autograd, AOT dispatch."""
     A, B, bias = make_inputs((9, 12, 20), seed=81, dtype=torch.float32, device=device)
@@ -385,6 +390,7 @@ def test_opcheck(impl, track, device):
         ((dY, Y), None), (float64((dY, Y)), None)])
 
 
+@pytest.mark.backward
 def test_torch_compile_without_graph_breaks(impl, ref, track, device):
     """torch.compile(fullgraph=True) of two linear_relu layers: no graph break; values and all
     five gradients match float64."""

@@ -42,6 +42,10 @@ HAS_GPU = torch.cuda.is_available()
 NEEDS_GPU = "needs a GPU"
 OWN_WORK = "grader::own_work"  # the check that the submission's own kernels did the work
 CAPTURABLE = "grader::capturable"  # the check that one step can be captured in a CUDA graph
+# Staged verdicts: an exercise's checks that need the backward (marked `backward`, and every
+# gradcheck) run after its forward checks, and only while those all pass: a wrong forward makes
+# every gradient wrong, and the backward's failures would each name a cause that is not theirs
+AWAITS_FORWARD = "not checked until the forward passes"
 
 
 # --- what does not depend on one run's state: options, profiles, parameters, fixtures ----------
@@ -56,7 +60,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     for line in ("tracks(*names): run this check only for these tracks",
-                 "gradcheck: a torch.autograd.gradcheck check (scored apart)"):
+                 "gradcheck: a torch.autograd.gradcheck check (scored apart; needs the backward)",
+                 "backward: the check needs the backward: it runs after the forward checks, "
+                 "and only while they pass"):
         config.addinivalue_line("markers", line)
     poison_fresh_memory()  # an unwritten element reads NaN
     _load_profile()
@@ -124,13 +130,31 @@ def _property(item) -> bool:
     return hasattr(getattr(item, "obj", None), "hypothesis")
 
 
+def _backward(item) -> bool:
+    """A check of the backward stage (see AWAITS_FORWARD)."""
+    return bool(item.get_closest_marker("backward") or item.get_closest_marker("gradcheck"))
+
+
 def _share(items, index: int, count: int) -> list:
     """This judge's share of a track's checks, the i-th of n (grader.run.grade runs a long
-    track's checks in n judges at once): every property check, with its examples split (the
-    profile's max_examples / n each, drawn afresh in each process), and every n-th of the
-    others, in order."""
-    others = [i for i in items if not _property(i)]
-    return [i for i in items if _property(i) or others.index(i) % count == index]
+    track's checks in n judges at once): every property check of the backward stage, with its
+    examples split (the profile's max_examples / n each, drawn afresh in each process), and every
+    n-th of the backward's other checks, in order. Every check of the forward stage runs in every
+    share, its examples all drawn and the same in each (_whole_forward): each share then knows
+    the forward's verdict, on which its backward checks wait."""
+    others = [i for i in items if _backward(i) and not _property(i)]
+    return [i for i in items
+            if not _backward(i) or _property(i) or others.index(i) % count == index]
+
+
+def _whole_forward(items, count: int) -> None:
+    """The forward stage's property checks in a share: the examples of the whole track, the same
+    in every share (derandomized: drawn from the check itself, not from the process)."""
+    for item in items:
+        if _property(item) and not _backward(item):
+            item.obj = hypothesis_settings(
+                max_examples=hypothesis_settings.default.max_examples * count,
+                derandomize=True)(item.obj)
 
 
 def _capture_probe_applies(items) -> bool:
@@ -199,6 +223,7 @@ class Grader:
         self.prestarted = prestarted
         self.session: Session | None = None
         self.passed = 0
+        self.awaits: str | None = None  # why the backward stage's checks are not run, once known
         self.references = [0, 0.0]  # calls of the exercise's reference, and their seconds
 
     @pytest.fixture(scope="module")
@@ -238,11 +263,12 @@ class Grader:
                 # a backstop: the proxy stops waiting for the submission at the check's limit
                 item.add_marker(pytest.mark.timeout(current().check_limit(exercise) + 60,
                                                     method="thread"))
+        keep.sort(key=_backward)  # the forward stage first (stable: the exercise's order in each)
         for k, item in enumerate(keep):
-            item.grader_order = k  # the scorecard keeps the exercise's order (shares too)
+            item.grader_order = k  # the scorecard keeps that order (shares too)
         if current().first:  # the watch loop: what failed last time first, then the rest
             first = set(current().first)
-            keep.sort(key=lambda i: short(i.nodeid) not in first)
+            keep.sort(key=lambda i: (_backward(i), short(i.nodeid) not in first))
         if current().repro:
             chosen = repro_items(keep, self.record)
             drop += [i for i in keep if i not in chosen]
@@ -251,6 +277,7 @@ class Grader:
             mine = _share(keep, *current().shard)
             drop += [i for i in keep if i not in mine]
             keep = mine
+            _whole_forward(keep, current().shard[1])
         if drop:
             config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -268,8 +295,11 @@ class Grader:
         self.record(ev.Collected(tests=tests))
 
     def pytest_runtest_logstart(self, nodeid, location):
-        check.note_call(())  # a strided input of the previous check explains nothing here
         self.record(ev.Start(test=nodeid))
+
+    def pytest_runtest_setup(self, item):
+        if self.awaits and _backward(item):
+            pytest.skip(self.awaits)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -278,6 +308,10 @@ class Grader:
         if call.excinfo is None or not report.failed:
             return
         report.grader = info = explain(call.excinfo.value, item)
+        # the backward stage waits: for the forward, or (grader.judge.testing.value_and_grads)
+        # for a backward that writes nothing
+        self.awaits = self.awaits or getattr(call.excinfo.value, "grader_blocks_backward", None) \
+            or (AWAITS_FORWARD if not _backward(item) else None)
         if info.get("not_implemented") and self.session is not None:
             self.session.stub_seen = True
         if info.get("not_implemented") and not self.passed and not current().select \

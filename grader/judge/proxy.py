@@ -33,7 +33,7 @@ from grader.common import events as ev
 from grader.common import seam, trust
 from grader.common.processes import describe_exit
 from grader.common.settings import current
-from grader.judge.check import Mismatch, note_call
+from grader.judge.check import Mismatch
 from grader.judge.launches import Records
 from grader.judge.spawn import Spawner, key
 
@@ -260,11 +260,9 @@ def _receive(out):
     return out.clone(memory_format=torch.preserve_format)
 
 
-def remote_call(session: Session, target, args, kwargs=None, *, what: str, names=None):
-    """Call `target` in the submission's process with `args`; autograd-aware. `names`: the parameters' names,
-    for feedback about the arguments."""
+def remote_call(session: Session, target, args, kwargs=None, *, what: str):
+    """Call `target` in the submission's process with `args`; autograd-aware."""
     kwargs = kwargs or {}
-    note_call(args, names)
     grad = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
     if grad and torch.is_grad_enabled():
         meta = {}
@@ -336,17 +334,16 @@ class _Entry:
     """An entry point of the submission: a call crosses to its process (remote_call); `twice`
     calls it twice there on the same buffers."""
 
-    def __init__(self, session, name, names):
-        self.session, self.name, self.names = session, name, names
+    def __init__(self, session, name):
+        self.session, self.name = session, name
 
     def __call__(self, *args, **kwargs):
         return remote_call(self.session, ("entry", self.name), args, kwargs,
-                           what=f"{self.name}()", names=self.names)
+                           what=f"{self.name}()")
 
     def twice(self, args, refill):
         """(first outputs, second outputs): the op on `args`, then on the same tensors in the
         submission's process with `refill`'s values written into them."""
-        note_call(args, self.names)
         sent, _ = _send_args(args)
         again, _ = _send_args(refill)
         if any(isinstance(t, torch.Tensor) and t.is_cuda for t in seam.tensors_in(sent)):
@@ -374,9 +371,7 @@ class RemoteImpl:
     def __getattr__(self, name):
         if name.startswith("_") or name not in self._entries:
             raise AttributeError(name)
-        session = self._session
-        names = ((getattr(session, "loaded", None) or {}).get("params") or {}).get(name)
-        return _Entry(session, name, names)
+        return _Entry(self._session, name)
 
     def footprint(self) -> int | None:
         """Bytes of GPU memory the submission's process holds, as the driver counts them (NVML,

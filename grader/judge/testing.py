@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 
 import pytest
 import torch
 
 from grader.common.settings import current
-from grader.judge import check
+from grader.judge import check, probes
 from grader.judge.check import Mismatch
 from grader.judge.strategies import each_view
 
@@ -89,6 +90,14 @@ def backward_stage():
                                             f"gradients)")) from None
 
 
+# A backward that returns gradients it never wrote: said once, as the backward stage's state
+# (the checks of the backward after it are not run: grader.judge.plugin), and with no other
+# cause, since every comparison of such gradients fails and each would guess one
+WRITES_NOTHING = ("the backward writes nothing yet: every gradient it returned still holds the "
+                  "NaN fresh outputs start with (its kernels are not launched, or store nothing)")
+AWAITS_BACKWARD = "not checked until the backward writes its gradients"
+
+
 def value_and_grads(fn, *args, wrt=(0,), dy):
     """(outputs, grads): `fn(*args)` with the inputs in `wrt` as fresh leaves, then backward.
 
@@ -100,6 +109,9 @@ def value_and_grads(fn, *args, wrt=(0,), dy):
         args[i] = leaf(args[i])
     outs = as_tuple(fn(*args))
     dys = as_tuple(dy)
+    if len(outs) < len(dys):
+        raise Mismatch(f"the op returned {len(outs)} output(s) where {len(dys)} are expected "
+                       f"(each gets its own gradient): return them all")
     pairs = [(o, d) for o, d in zip(outs, dys) if d is not None]
     for k, (o, _) in enumerate(pairs):
         if not isinstance(o, torch.Tensor) or not o.requires_grad:
@@ -114,6 +126,11 @@ def value_and_grads(fn, *args, wrt=(0,), dy):
             raise Mismatch(f"no gradient reached argument {i}: the backward must return a "
                            f"gradient for every input that requires one")
         grads.append(args[i].grad)
+    written = [g for g in grads if g.numel()]
+    if written and all(bool(check.poisoned(g).all()) for g in written):
+        e = off_topic(Mismatch(WRITES_NOTHING))
+        e.grader_blocks_backward = AWAITS_BACKWARD
+        raise e
     return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in outs), tuple(grads)
 
 
@@ -205,7 +222,24 @@ def opcheck_samples(impl, track, device, qualname: str, samples) -> None:
     skip_under_quick("opcheck")
     utils = INTERPRETER_OPCHECK if on_interpreter(track, device) else None
     for args, kwargs in samples:
-        impl.opcheck(qualname, tuple(args), dict(kwargs or {}), test_utils=utils)
+        try:
+            impl.opcheck(qualname, tuple(args), dict(kwargs or {}), test_utils=utils)
+        except AssertionError as e:  # the submission's Mismatch, by its name
+            said = Mismatch(_opcheck_said(str(e)))
+            said.__dict__.update(e.__dict__)  # where it was raised
+            raise said from None
+
+
+def _opcheck_said(text: str) -> str:
+    """opcheck's failure as a learner can act on it: without its "(scroll up for stack trace)"
+    (the stack trace stays in the submission's process), and an undeclared mutation explained."""
+    text = text.replace(" (scroll up for stack trace)", "")
+    m = re.search(r"Argument (\w+) is not defined as mutable but was mutated", text)
+    if m:
+        text += (f"\n  the op writes into `{m.group(1)}`, and its schema says it does not: "
+                 f"declare it (mutates_args=(\"{m.group(1)}\",)), so that the dispatcher, "
+                 f"torch.compile and autograd know")
+    return text
 
 
 def compiled_matches(impl, track, device, entry: str, args, *, expected, tol, wrap=None,
@@ -265,7 +299,8 @@ def views_handled_or_refused(fn, args, names, check_outputs, *, seed: int = 0,
             except Mismatch as dense:
                 raise off_topic(Mismatch(f"wrong with every input dense too, so not because of "
                                          f"{view}:\n{dense}")) from None
-            raise Mismatch(f"with {view}:\n{e}") from None
+            raise probes.with_cause(Mismatch(f"with {view}:\n{e}"),
+                                    probes.view_evidence(vargs, names)) from None
 
 
 def off_topic(e: BaseException) -> BaseException:

@@ -383,16 +383,18 @@ def write_reports(grade: Grade, *, full: bool, repro: str | None = None, json_pa
     """The last step: the scorecard and feedback a learner reads (returned; grader.run.report), and
     the files asked for, Gradescope's results.json and JUnit XML (grader.run.gradescope)."""
     rel = grade.tree.relative_to(ROOT) if grade.tree.is_relative_to(ROOT) else grade.tree
-    table = scorecard(grade.rows, title=f"Scorecard for {rel}  ({machine(grade.gpu)})")
+    table = scorecard(grade.rows, title=f"Scorecard for {rel}  ({machine(grade.gpu)})",
+                      points=not repro)
     notes = [n for n in (feedback(ex, r, s, full=full) for ex, r, s in grade.rows) if n]
     sandbox = sorted({r.build["sandbox"] for _, r, _ in grade.rows if r.build.get("sandbox")})
     out = ["", table] + [f"sandbox: {s}" for s in sandbox[:2]]
     out += ["", "\n\n".join(notes)] if notes else []
     if times:
         out += ["", time_report(grade.rows, grade.seconds)]
-    if repro:
-        out.append(f"\nREPRO: only {repro.partition('@')[0]} ran, on its failing example; the "
-                   f"points above are not a score (run without REPRO for that)")
+    name = (repro or "").partition("@")[0]
+    if any(c.name == name and c.outcome != "not run" for _, r, _ in grade.rows for c in r.checks):
+        out.append(f"\nREPRO: only {name} ran, on its failing example: no points (run without "
+                   f"REPRO for the score)")
     if json_path:
         write_json(Path(json_path), gradescope(grade.rows, seconds=grade.seconds, summary=table,
                                                visibility=visibility))

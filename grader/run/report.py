@@ -105,25 +105,30 @@ def _perf_cell(r: TrackResult, s: Score) -> str:
     return ", ".join(parts) or "measured"
 
 
-def scorecard(rows: list[tuple[Exercise, TrackResult, Score]], *, title: str) -> str:
+def scorecard(rows: list[tuple[Exercise, TrackResult, Score]], *, title: str,
+              points: bool = True) -> str:
     """The table a learner reads first: one row per track, then the total (rich renders it;
-    plain text, so the same table goes into results.json and a log)."""
+    plain text, so the same table goes into results.json and a log). `points`: False for a run
+    that is no grade (REPRO: one check on one example), which shows the checks and no points."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("#", "exercise", "track", "build", "correctness", "gradcheck", "performance",
-                 "points"):
+                 "points")[:None if points else -1]:
         table.add_column(name, overflow="fold")
     total = maximum = 0.0
     for ex, r, s in rows:
-        table.add_row(ex.number, ex.name, r.track, _build_cell(r), _checks_cell(r, "correctness"),
-                      _checks_cell(r, "gradcheck"), _perf_cell(r, s),
-                      f"{s.total:.1f}/{s.max_points}" + (" NEEDS REVIEW" if r.review else ""))
+        cells = [ex.number, ex.name, r.track, _build_cell(r), _checks_cell(r, "correctness"),
+                 _checks_cell(r, "gradcheck"), _perf_cell(r, s)]
+        if points:
+            cells.append(f"{s.total:.1f}/{s.max_points}" + (" NEEDS REVIEW" if r.review else ""))
+        table.add_row(*cells)
         total += s.total
         maximum += s.max_points
     console = Console(width=200, color_system=None, force_terminal=False, record=True,
                       file=io.StringIO())
     console.print(table)
     text = "\n".join(line.rstrip() for line in console.export_text().splitlines())
-    return f"{title}\n\n{text.strip(chr(10))}\n\ntotal: {total:.1f} / {maximum:.0f} points"
+    foot = f"\n\ntotal: {total:.1f} / {maximum:.0f} points" if points else ""
+    return f"{title}\n\n{text.strip(chr(10))}{foot}"
 
 
 def time_report(rows, seconds: float) -> str:

@@ -2,7 +2,10 @@
 against the tensors the kernel was given, before the interpreter touches memory (installed by
 grader.submission.interp). A missing mask is then named ("pointer argument `y_ptr` ... mask it",
 at the kernel's tl.load/tl.store line) instead of crashing the process with SIGSEGV/SIGABRT, or
-reading another tensor's memory silently.
+reading another tensor's memory silently. Tensor descriptors too (tl.make_tensor_descriptor in
+the kernel, or a host-side TensorDescriptor argument: desc.load, desc.store): their blocks are
+masked by the shape the descriptor declares, so a shape or stride that reaches past the tensor
+is what is named.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ def _tensor_regions(name, arg, out) -> None:
     base = getattr(arg, "base", arg)  # a TensorDescriptor's or TensorWrapper's tensor
     if not hasattr(base, "data_ptr") or not hasattr(base, "stride"):
         return
+    kind = "descriptor" if hasattr(arg, "block_shape") else "pointer"
+    name = f"{kind} argument `{name}`"
     size = base.element_size()
     if base.numel() == 0:
         out.append((base.data_ptr(), base.data_ptr(), name, base))
@@ -80,7 +85,11 @@ def _check_bounds(what: str, ptrs, mask, builder) -> None:
         shown = ", ".join(str(int(o)) for o in offs[:6]) + (", ..." if offs.size > 6 else "")
     program = tuple(int(i) for i in getattr(builder, "grid_idx", ()) or ())
     last = (hi - base) // size - 1
-    if mask is None:  # no mask at all
+    if what.startswith("desc"):  # masked by the descriptor's own shape: that shape is too big
+        fix = ("the descriptor's shape or strides reach past the tensor: make it with the "
+               "tensor's own shape and strides (its loads past that shape read zeros, its "
+               "stores there are dropped)")
+    elif mask is None:  # no mask at all
         fix = (f"mask it ({what}(ptr + offs, mask=offs < n, ...)), and check the offset and "
                f"stride arithmetic")
     else:  # a mask was given, and these lanes are on under it
@@ -88,8 +97,8 @@ def _check_bounds(what: str, ptrs, mask, builder) -> None:
                "the offset and stride arithmetic (each tensor with its own strides and "
                "length) and what the mask compares")
     raise OutOfBounds(
-        f"out-of-bounds {what} in program {program}: {lanes} lane(s) of pointer argument "
-        f"`{name}` ({_describe(t)}) at element offsets {shown} from its start, outside "
+        f"out-of-bounds {what} in program {program}: {lanes} lane(s) of {name} "
+        f"({_describe(t)}) at element offsets {shown} from its start, outside "
         f"0..{last}: {fix}; on a GPU this reads or writes another allocation, or crashes")
 
 
@@ -128,28 +137,40 @@ def install_bounds(ip, B) -> None:
 
     load, store = B.create_masked_load, B.create_masked_store
 
-    def create_masked_load(self, ptrs, mask, other, *rest):
-        _check_bounds("tl.load", ptrs, None if self._grader_unmasked else mask, self)
-        return load(self, ptrs, mask, other, *rest)
+    # (keywords too: a descriptor's load passes cache_modifier= and eviction_policy=)
+    def create_masked_load(self, ptrs, mask, other, *rest, **kw):
+        _check_bounds(self._grader_via or "tl.load", ptrs,
+                      None if self._grader_unmasked else mask, self)
+        return load(self, ptrs, mask, other, *rest, **kw)
 
-    def create_masked_store(self, ptrs, value, mask, *rest):
-        _check_bounds("tl.store", ptrs, None if self._grader_unmasked else mask, self)
-        return store(self, ptrs, value, mask, *rest)
+    def create_masked_store(self, ptrs, value, mask, *rest, **kw):
+        _check_bounds(self._grader_via or "tl.store", ptrs,
+                      None if self._grader_unmasked else mask, self)
+        return store(self, ptrs, value, mask, *rest, **kw)
     B.create_masked_load, B.create_masked_store = create_masked_load, create_masked_store
 
     # a tl.load/tl.store without a mask reaches the masked one with a mask of all ones: flagged,
-    # so that an access out of bounds says "mask it" only where there is no mask
-    B._grader_unmasked = False
+    # so that an access out of bounds says "mask it" only where there is no mask; a descriptor's
+    # load/store reaches it with the mask of the descriptor's shape: named as such
+    B._grader_unmasked, B._grader_via = False, None
 
-    def unmasked(orig):
-        def op(self, *args):
-            self._grader_unmasked = True
+    def via(orig, **state):
+        def op(self, *args, **kw):
+            saved = {k: getattr(self, k) for k in state}
+            for k, v in state.items():
+                setattr(self, k, v)
             try:
-                return orig(self, *args)
+                return orig(self, *args, **kw)
             finally:
-                self._grader_unmasked = False
+                for k, v in saved.items():
+                    setattr(self, k, v)
         return op
-    B.create_load, B.create_store = unmasked(B.create_load), unmasked(B.create_store)
+    B.create_load = via(B.create_load, _grader_unmasked=True)
+    B.create_store = via(B.create_store, _grader_unmasked=True)
+    for name, what in (("create_descriptor_load", "desc.load"),
+                       ("create_descriptor_store", "desc.store")):
+        if hasattr(B, name):  # (a Triton whose interpreter has tensor descriptors)
+            setattr(B, name, via(getattr(B, name), _grader_via=what))
 
     rmw, cas = B.create_atomic_rmw, B.create_atomic_cas
 

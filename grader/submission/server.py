@@ -8,7 +8,6 @@ after every request (`_watched`, `_redirected`).
 """
 from __future__ import annotations
 
-import inspect
 import os
 import time
 import traceback
@@ -35,18 +34,6 @@ from grader.submission.evidence import analyse, redirected, watched
 from grader.submission.launches import OFF
 from grader.submission.loader import load_track
 from grader.submission.timed import Timed
-
-
-def _param_names(fn) -> list[str] | None:
-    """An entry point's parameter names (a Python function's, or a torch op's schema), so that
-    feedback can name an argument; None when they cannot be read."""
-    schema = getattr(fn, "_schema", None) or getattr(getattr(fn, "default", None), "_schema", None)
-    try:
-        if schema is not None:
-            return [a.name for a in schema.arguments]
-        return [p for p in inspect.signature(fn).parameters]
-    except (TypeError, ValueError):
-        return None
 
 
 # --- what the judge may ask ----------------------------------------------------------------------
@@ -198,9 +185,7 @@ class SubmissionServer(Timed):
                 "seconds": round(b.seconds if b else time.perf_counter() - start, 2),
                 "rebuilt": b.rebuilt if b else None, "sandbox": self.sandbox,
                 "gpu": self.torch.cuda.get_device_name() if self.gpu else None,
-                "torch": str(self.torch.__version__),
-                "params": {e: _param_names(getattr(self.impl, e, None))
-                           for e in self.track.entry_points}}
+                "torch": str(self.torch.__version__)}
 
     def _target(self, target):
         kind = target[0]
