@@ -186,6 +186,23 @@ def test_in_float32_names_a_range_only_for_16_bit_inputs():
     assert probes.in_float32(verify, (big,), "h*h overflows float16")() is None
 
 
+def test_fp16_range_names_an_add_through_float16_only_past_its_range():
+    def through_fp16(a, b):  # bf16 holds 4e5; float16 makes it inf
+        return (a.half() + b.half()).to(a.dtype)
+    reference = lambda a, b: a.double() + b.double()
+    verify = verifier(through_fp16, reference)
+    x = (torch.randn(64, generator=gen(8)) * 3e5).bfloat16()
+    y = torch.randn(64, generator=gen(9)).bfloat16()
+    found = probes.fp16_range(through_fp16, verify, (x, y))()
+    assert "past float16's largest (65504) become inf" in found.cause, found
+    assert found.seen.startswith("the same inputs divided by 2^"), found
+    # within float16's range the probe says nothing; an op wrong at every scale is not this
+    assert probes.fp16_range(through_fp16, verify, (y, y))() is None
+    # wrong, but no inf: not this cause
+    halved = lambda a, b: ((a.double() + b.double()) / 2).to(a.dtype)
+    assert probes.fp16_range(halved, verifier(halved, reference), (x, y))() is None
+
+
 # --- the blocks of an online softmax, and the max's neutral value ----------------------------------
 
 def online_softmax(x, block=16, rescale=True, pad=float("-inf")):

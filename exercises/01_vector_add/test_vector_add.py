@@ -3,6 +3,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
+from grader.judge import probes
 from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.judge.strategies import dtypes, extremes, lengths, randn, seeds
 from grader.judge.testing import new_contents_same_shapes, views_handled_or_refused
@@ -15,8 +16,15 @@ def test_matches_reference(impl, device, assert_close, data, dtype, seed):
     n = data.draw(lengths(device), label="n")
     x = extremes(randn(n, seed=seed, dtype=dtype, device=device), seed=seed)
     y = extremes(randn(n, seed=seed + 1, dtype=dtype, device=device), seed=seed + 1)
-    out = call_checked(impl.add, x, y, names=("x", "y"))
-    assert_close(out, x.double() + y.double(), dtype=dtype, n=n, seed=seed)
+
+    def verify(a, b):
+        out = call_checked(impl.add, a, b, names=("x", "y"))
+        assert_close(out, a.double() + b.double(), dtype=a.dtype, n=n, seed=seed)
+    # an add follows a common scale of its inputs: the range probe fits it
+    run, reference = impl.add, lambda a, b: a.double() + b.double()
+    with probes.explained(probes.fp16_range(run, verify, (x, y)),
+                          probes.sixteen_bit(run, reference, verify, (x, y))):
+        verify(x, y)
 
 
 def test_length_one_and_zero(impl, device, assert_close):

@@ -195,6 +195,7 @@ def eps_placement(verify, args, *, eps_at: int, formula: str) -> Probe:
 # --- 16-bit arithmetic ---------------------------------------------------------------------------
 
 SIXTEEN = (torch.float16, torch.bfloat16)
+FP16_MAX = torch.finfo(torch.float16).max  # 65504
 # a float32 input moved by this much (relative) moves a float32 result ~2^7 of its units, and
 # a value rounded to 16 bits (half-units of 2^-11 at best) hardly ever
 NUDGE = 2.0 ** -16
@@ -250,6 +251,30 @@ def in_float32(verify, args, cause: str) -> Probe:
         if not sixteen or not right(verify, *_float_args(args, _float32)):
             return None
         return Evidence(cause, "the same values as float32 tensors come out right")
+    return probe
+
+
+def fp16_range(run, verify, args, *, fix: str = "compute in float32") -> Probe:
+    """Values past float16's largest (65504) pass through float16 and come out inf. Evidence:
+    finite inputs hold such values, the op's output holds inf, and the same inputs divided by
+    one power of two (exact in every float type) into float16's range come out right. For an
+    op whose output follows a common scale of its inputs (an add, a scale, a matmul): declared
+    only where that holds."""
+    def probe():
+        big = max((float(a.detach().abs().max()) for a in args
+                   if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel()),
+                  default=0.0)
+        if not (FP16_MAX < big < math.inf) or not bool(torch.isinf(run(*args)).any()):
+            return None
+        k = math.ceil(math.log2(big / 2.0 ** 14))  # the largest input under 2^14 after it
+        scaled = _float_args(args, lambda t: (t.detach() / 2.0 ** k).requires_grad_(
+            t.requires_grad))
+        if not right(verify, *scaled):
+            return None
+        return Evidence(f"inputs up to {_fmt(big)} here: values past float16's largest "
+                        f"(65504) become inf, so an intermediate is kept in float16: {fix}",
+                        f"the same inputs divided by 2^{k} (all under 2^14, in float16's "
+                        f"range) come out right")
     return probe
 
 
