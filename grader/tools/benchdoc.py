@@ -36,6 +36,8 @@ SECTIONS = {
     "timing-methods": ("Events against graph replay",
                        "python3 benchmarks/timing_methods.py --times 5"),
     "grading-time": ("Grading time", "bash benchmarks/run.sh LOGS grading-time"),
+    "grading-time-cpu": ("Grading time on the CPU", "PY=.venv/bin/python bash "
+                         "benchmarks/grading_time.sh"),
     "edit-loop": ("The edit loop", "bash benchmarks/run.sh LOGS loop"),
     "edit-loop-cpu": ("The edit loop on the CPU", "PY=.venv/bin/python bash "
                       "benchmarks/edit_loop.sh 01 triton vector_add.py"),
