@@ -124,7 +124,7 @@ def test_the_bindings_precompiled_header_is_made_and_read_by_gcc(tmp_path):
 def test_a_build_waits_for_the_precompiled_header_being_made(tmp_path, monkeypatch):
     """A build that finds the PCH's lock held (the grade process's child making it) compiles
     its kernels meanwhile, waits and then uses it; with no lock held and no PCH it goes on
-    without one at once."""
+    without one at once; a pybind11 binding's build (wait=False) never waits."""
     import os
     from grader.submission import pch
     from grader.submission.toolchain import toolchain_env
@@ -166,6 +166,19 @@ def _waits(pch):
     assert time.monotonic() - began >= 1.0
     assert meanwhile == [1]  # the kernels compiled while it waited
     maker.wait(timeout=30)
+    # a pybind11 binding never waits: the PCH when it is there, else none at once
+    assert pch.precompiled_header([], wait=False) == ["-include", str(plan[1])]
+    gch.unlink()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, time\n"
+        f"f = open({str(pch.PCH_LOCK)!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+        "print('held', flush=True); time.sleep(3)\n")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    began = time.monotonic()
+    assert pch.precompiled_header([], meanwhile=lambda: meanwhile.append(2), wait=False) == []
+    assert time.monotonic() - began < 1.0 and meanwhile == [1]
+    holder.kill()
+    holder.wait(timeout=30)
 
 
 def test_a_known_pch_is_said_at_once_without_torch(tmp_path):
