@@ -1,9 +1,11 @@
 """Machine: what this machine can do, asked without torch: Linux Landlock (can a process make
-the file system read-only for itself?) and the NVIDIA driver (is there a GPU to ask torch about?).
+the file system read-only for itself?), the NVIDIA driver (is there a GPU to ask torch about?)
+and a C++ compiler's libstdc++ (shared, as an extension loaded into torch's process needs).
 """
 from __future__ import annotations
 
 import os
+import subprocess
 
 try:
     import landlock
@@ -30,3 +32,16 @@ def landlock_available() -> bool:
 
 def driver_loaded() -> bool:
     return any(os.path.exists(p) for p in DRIVER)
+
+
+def links_shared_libstdcxx(compiler: str) -> bool:
+    """Does `compiler` link libstdc++ as a shared library? An extension must use the process's
+    one: a compiler that links it statically (seen: CXX=/opt/gcc/bin/g++ on the GPU machines)
+    puts a second copy in the .so, whose stream facets clash with torch's (the first
+    TORCH_CHECK message that formats a number segfaults)."""
+    try:
+        out = subprocess.run([compiler, "-print-file-name=libstdc++.so"], capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return os.path.isabs(out) and os.path.exists(out)

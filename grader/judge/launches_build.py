@@ -21,6 +21,7 @@ import sysconfig
 from functools import cache
 from pathlib import Path
 
+from grader.common.machine import links_shared_libstdcxx
 from grader.common.paths import CACHE, ROOT
 
 SOURCE = ROOT / "grader" / "submission" / "launches.cpp"
@@ -28,20 +29,9 @@ FOLDER = CACHE / "launches"
 NAME = "_grader_launches"  # the module's name (its PyInit_ function)
 
 
-def _shared_libstdcxx(cxx: str) -> bool:
-    """The extension must use the process's libstdc++ (a compiler that links it statically puts
-    a second copy in the .so: grader.submission.toolchain says what that broke)."""
-    try:
-        out = subprocess.run([cxx, "-print-file-name=libstdc++.so"], capture_output=True,
-                             text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return os.path.isabs(out) and os.path.exists(out)
-
-
 def _compiler() -> str | None:
     for cxx in (os.environ.get("CXX"), shutil.which("g++"), shutil.which("c++")):
-        if cxx and _shared_libstdcxx(cxx):
+        if cxx and links_shared_libstdcxx(cxx):  # never a second libstdc++ in the .so
             return cxx
     return None
 

@@ -72,8 +72,8 @@ def build(tree: Path, exercise: Exercise, track: Track, early: Path | None = Non
         ninja = dict(name=track.extension, sources=[str(folder / s) for s in track.sources],
                      extra_cuda_cflags=["-O3", "-lineinfo"] + extra_flags,
                      extra_include_paths=[str(INCLUDE)] + includes + extra_includes)
-        # 03's pybind11 binding (python_module): its .cpp beside its .cu at once (on 2 cores
-        # 36 s and 42 s, one after the other when it waited for the PCH: 78 s)
+        # 03's pybind11 binding (python_module): its .cpp beside its .cu at once, not after it
+        # (docs/performance.md, "Grading time on the CPU": 03's build before and after)
         pch = precompiled_header(includes, meanwhile=lambda: _compile_kernels(out, ninja),
                                  wait=not track.python_module) \
             if any(s.endswith(".cpp") for s in track.sources) else []

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 from grader.common.discover import Track
+from grader.common.machine import links_shared_libstdcxx
 from grader.submission.build_errors import BuildError
 
 
@@ -46,26 +46,15 @@ def toolchain_env() -> list[str]:
     return includes
 
 
-def _links_shared_libstdcxx(compiler: str) -> bool:
-    try:
-        out = subprocess.run([compiler, "-print-file-name=libstdc++.so"], capture_output=True,
-                             text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return os.path.isabs(out) and os.path.exists(out)
-
-
 def _use_a_shared_libstdcxx_compiler() -> None:
-    """An extension must use the process's shared libstdc++. A compiler that links it statically
-    (seen: CXX=/opt/gcc/bin/g++ on the GPU machines) puts a second copy in the .so; its stream
-    facets then clash with torch's and the first TORCH_CHECK message that formats a number
-    segfaults. Such a CXX is swapped for the g++/gcc on PATH."""
+    """A CXX that links libstdc++ statically (grader.common.machine.links_shared_libstdcxx says
+    what that breaks) is swapped for the g++/gcc on PATH."""
     cxx = os.environ.get("CXX")
-    if not cxx or _links_shared_libstdcxx(cxx):
+    if not cxx or links_shared_libstdcxx(cxx):
         return
     for name, cc in (("g++", "gcc"), ("c++", "cc")):
         candidate = shutil.which(name)
-        if candidate and candidate != cxx and _links_shared_libstdcxx(candidate):
+        if candidate and candidate != cxx and links_shared_libstdcxx(candidate):
             os.environ["CXX"] = candidate
             if shutil.which(cc):
                 os.environ["CC"] = shutil.which(cc)
