@@ -43,6 +43,12 @@ def test_a_cause_is_added_only_from_evidence():
     assert str(told.value) == ("y: wrong\n  likely cause: the cause\n    seen on your op: what "
                                "was seen")
     assert told.value.grader_off_topic  # what the failure carried, kept
+    with pytest.raises(Mismatch) as symptom:  # the comparison's own reading of the values
+        with probes.explained(lambda: found):
+            raise Mismatch("o: wrong\n  likely cause: NaN computed where the reference is finite")
+    assert str(symptom.value) == (  # the confirmed cause is read first
+        "o: wrong\n  likely cause: the cause\n    seen on your op: what was seen\n"
+        "  the values also show: NaN computed where the reference is finite")
     with pytest.raises(Mismatch) as hinted:
         with probes.explained(lambda: None, hint_on_evidence=True):
             raise Mismatch("y: wrong")

@@ -60,8 +60,13 @@ def explained(*probes: Probe, hint_on_evidence: bool = False):
 
 
 def with_cause(e: Mismatch, found: Evidence) -> Mismatch:
-    """`e` with the cause and what the probe saw appended (its other attributes kept)."""
-    out = Mismatch(f"{e}\n  likely cause: {found.cause}\n    seen on your op: {found.seen}")
+    """`e` with the cause and what the probe saw (its other attributes kept). The probe's cause
+    goes before a cause the comparison read off the values (NaN or inf computed where the
+    reference is finite): that one is a symptom, often of the fault the probe confirmed."""
+    text, cause = str(e), f"  likely cause: {found.cause}\n    seen on your op: {found.seen}"
+    head, sep, symptom = text.partition("\n  likely cause: ")
+    out = Mismatch(f"{head}\n{cause}\n  the values also show: {symptom}" if sep
+                   else f"{text}\n{cause}")
     out.__dict__.update(e.__dict__)
     return out
 
