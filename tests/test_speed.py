@@ -41,6 +41,29 @@ def test_shares_of_a_track_give_the_verdicts_of_one_judge(monkeypatch):
     assert [s.shard for s in judges[-1]] == [(0, 2), (1, 2)]  # two judges did check it
 
 
+def test_a_cpu_grade_of_one_track_uses_the_idle_cores(monkeypatch):
+    """Without a GPU, a track that declares `shards` (13) graded alone (`make exercise-13`)
+    splits its checks over the cores the grade leaves idle, up to `shards`; a grade of more
+    tracks than cores, a track that declares none, the project's own tests (fixed examples or a
+    selection) and REPRO keep one judge per track."""
+    monkeypatch.setattr(grade_module, "driver_loaded", lambda: False)
+    monkeypatch.setattr(grade_module, "landlock_available", lambda: True)
+    monkeypatch.setattr(grade_module.os, "cpu_count", lambda: 2)
+    long = dataclasses.replace(EX05.tracks["triton"], shards=4)
+
+    def shares(settings, tracks=1, track=long):
+        return [s.shard for s in grade_module._shares(track, settings, tracks)]
+    assert shares(Settings()) == [(0, 2), (1, 2)]
+    assert shares(Settings(quick=True)) == [(0, 2), (1, 2)]
+    assert shares(Settings(), track=EX05.tracks["triton"]) == [None]  # shards = 1
+    assert shares(Settings(), tracks=16) == [None]
+    assert shares(Settings(examples="fixed")) == [None]
+    assert shares(Settings(select="opcheck")) == [None]
+    assert shares(Settings(repro="x")) == [None]
+    monkeypatch.setattr(grade_module.os, "cpu_count", lambda: 64)
+    assert len(shares(Settings())) == 4  # at most what the exercise declares
+
+
 def test_a_crash_in_one_share_is_the_tracks_crash():
     tests = [{"id": "t::a", "name": "a", "category": "correctness"},
              {"id": "t::b", "name": "b", "category": "correctness"}]

@@ -83,7 +83,7 @@ def grade(sub: Submission, progress=None) -> Grade:
     tree, settings = Path(sub.tree).resolve(), sub.settings
     pairs = sub.pairs()
     # the shares of a long track run beside the other tracks, not in their place
-    extra = sum(len(_shares(t, settings)) - 1 for _, t in pairs)
+    extra = sum(len(_shares(t, settings, len(pairs))) - 1 for _, t in pairs)
     jobs = _jobs(sub.jobs, len(pairs)) + extra
     # each checking process's share of the cores for torch's CPU ops (grader.run.launch)
     settings = settings.replace(check_threads=max(1, (os.cpu_count() or 2) // jobs))
@@ -97,7 +97,8 @@ def grade(sub: Submission, progress=None) -> Grade:
         for subscriber in ([progress.on_event] if progress is not None else []) + [ahead.on_event]:
             follower.subscribe(subscriber)
         todo = {pool.submit(_check, Judges(tree, share, follower, forker), ex, t, say): (ex, t)
-                for ex, t in _longest_first(pairs) for share in _shares(t, settings)}
+                for ex, t in _longest_first(pairs)
+                for share in _shares(t, settings, len(pairs))}
         shares_of: dict[tuple, int] = {}
         for ex, t in todo.values():
             shares_of[(ex.id, t.name)] = shares_of.get((ex.id, t.name), 0) + 1
@@ -190,16 +191,23 @@ def _forking(forker, pairs, settings: Settings, say):
                 z.stop()
 
 
-def _shares(track: Track, settings: Settings) -> list[Settings]:
+def _shares(track: Track, settings: Settings, tracks: int = 1) -> list[Settings]:
     """The settings of each judge that checks `track`: one, or (a track whose exercise declares
-    `shards`, on a GPU machine, with the sandbox that lets judges run side by side) one per
-    share of its checks: each its share of the property checks' examples and of the other
-    checks (grader.judge.plugin). Their Triton compiles then run side by side instead of one
-    after another (13's checks: most of a cold grade). Not for one check (REPRO), under a
-    sanitizer, nor in the watch loop's order (last time's failures first)."""
+    `shards`, with the sandbox that lets judges run side by side) one per share of its checks:
+    each its share of the property checks' examples and of the other checks
+    (grader.judge.plugin). On a GPU machine, `shards` of them: their Triton compiles then run
+    side by side instead of one after another (13's checks: most of a cold grade). On a machine
+    without a GPU, as many as the cores the grade's `tracks` leave idle, up to `shards` (the
+    interpreter runs each check on one core: what 13 gains on 2 cores is in docs/performance.md,
+    "Grading time on the CPU"); not for the project's own tests (fixed examples, a selection of
+    checks). Not for one check (REPRO), under a sanitizer, nor in the watch loop's order (last
+    time's failures first)."""
     n = track.shards
-    if n <= 1 or not driver_loaded() or not landlock_available() or settings.repro or \
-            settings.sanitize or settings.first:
+    if not driver_loaded():
+        n = 1 if settings.examples or settings.select else \
+            min(n, (os.cpu_count() or 1) // max(1, tracks))
+    if n <= 1 or not landlock_available() or settings.repro or settings.sanitize or \
+            settings.first:
         return [settings]
     return [settings.replace(shard=(i, n)) for i in range(n)]
 
