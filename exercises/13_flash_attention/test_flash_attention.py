@@ -144,12 +144,12 @@ def _forward_probes(impl, exercise, device, q, k, v, o, causal):
                                                  f"through: {mask}")]))
         # hiding its own key leaves the first query no key at all: its row is whatever the
         # kernel makes of an empty softmax (0/0 is NaN on a GPU), so rows 1.. are compared
-        # (S = 1: none, no evidence either way)
-        found.append(probes.variants(o[..., 1:, :], check_o, [
-            ("causal attention where each query sees the keys before it but not itself "
-             "(the first row aside)", lambda: _attend(q, k, v, scale, -1)[..., 1:, :],
-             f"the causal mask hides the query's own key (> where >= belongs): {mask}")])
-            if q.shape[-2] > 1 else lambda: None)
+        # (S = 1: no such row, no evidence either way)
+        if q.shape[-2] > 1:
+            found.append(probes.variants(o[..., 1:, :], check_o, [
+                ("causal attention where each query sees the keys before it but not itself "
+                 "(the first row aside)", lambda: _attend(q, k, v, scale, -1)[..., 1:, :],
+                 f"the causal mask hides the query's own key (> where >= belongs): {mask}")]))
     return found + [
         probes.online_rescale(plain, lambda where: _probe_inputs(device, peak=where)),
         probes.max_subtracted(plain, lambda shift: _probe_inputs(device, shift=shift)),
