@@ -186,3 +186,46 @@ def test_torch_compile_fullgraph_on_gpu(fa, ref, S, D, causal):
                             [want] + [t.grad for t in exact]):
         err = ((got.double() - w).norm() / w.norm()).item()
         assert err < 1e-2, f"{name}: normwise error {err:.3g} under torch.compile"
+
+
+# --- the value checks' bound: a correct 16-bit kernel's roundings pass it ------------------------
+
+def _bf16_kernel_emulated(q, k, v, do, causal):
+    """(o, dq, dk, dv) as a correct bf16 FlashAttention computes them, emulated in float64:
+    exact sums (fp32 accumulators, their error far below these), P and dS rounded to bf16 before
+    their matmuls, each output rounded to bf16 once."""
+    r = lambda x: x.to(torch.bfloat16).double()  # a rounding; the sums stay in float64
+    qd, kd, vd, dod = (t.double() for t in (q, k, v, do))
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = (qd @ kd.transpose(-2, -1)) * scale
+    if causal:
+        S = q.shape[-2]
+        s = s.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    o = r(r(p) @ vd)  # delta = rowsum(dO o) reads the stored o
+    ds = r(p * (dod @ vd.transpose(-2, -1) - (o * dod).sum(-1, keepdim=True)))
+    outs = (o, scale * ds @ kd, scale * ds.transpose(-2, -1) @ qd, r(p).transpose(-2, -1) @ dod)
+    return tuple(t.to(torch.bfloat16) for t in outs)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_value_bound_holds_a_correct_kernels_rounding(ref, seed):
+    """An H200 grade failed the solution on dk at B 2, H 4, S 1000, D 128, causal, bf16: the first
+    keys sum large terms from every later query, and an element's rounding error grows with the
+    root-sum-square of its terms, not with its slice's RMS. The check's bound (test module's
+    _close) must pass that rounding, emulated here at that shape, where the RMS alone does not."""
+    from grader.common.discover import load_exercise
+    from grader.judge.check import Mismatch
+    from grader.judge.strategies import randn
+    checks = _load(ROOT / "exercises" / "13_flash_attention" / "test_flash_attention.py",
+                   "ex13_checks")
+    exercise = load_exercise(REFERENCE.parent)
+    shape = (2, 4, 1000, 128)
+    q, k, v, do = (randn(shape, seed=100 * seed + i, dtype=torch.bfloat16, device="cpu")
+                   for i in range(4))
+    got = _bf16_kernel_emulated(q, k, v, do, True)
+    want = checks._expected(ref, q, k, v, do, True)
+    checks._close(exercise, got, want, torch.bfloat16)  # raises Mismatch if the bound is too tight
+    plain = tuple(want)  # without the terms: the slice's RMS alone
+    with pytest.raises(Mismatch, match="dk|dq|dv"):
+        checks._close(exercise, got, plain, torch.bfloat16)

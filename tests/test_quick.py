@@ -2,9 +2,12 @@
 driver, torch, Triton, the exercise's case and reference.py) and reused by a later grade once a
 short re-timing on fresh inputs confirms each (QUICK=1 takes them as they are); a grade's own
 measurement is shared by its tracks (the run's cache)."""
+import shutil
+
+import pytest
 import torch
 
-from grader.common.discover import discover
+from grader.common.discover import SpecError, discover, load_exercise
 from grader.common.settings import Settings
 from grader.judge import baselines
 
@@ -60,3 +63,38 @@ def test_a_grade_shares_its_measurement_among_its_tracks(monkeypatch, tmp_path):
     a = baselines.baseline_times(EX, None, "forward", fns)
     b = baselines.baseline_times(EX, None, "forward", fns)
     assert a == b and len(timed) == 1
+
+
+def test_a_baseline_that_compiles_itself_is_kept_like_compile(monkeypatch, tmp_path):
+    """05's compiled_composite runs torch.compile inside reference.py: declared `compiled`, a kept
+    figure of it stands with the re-timed others instead of being re-timed (a compile in the
+    timing's process, 15 s on the GPU host, for a 20 ms look)."""
+    ex05 = discover(only="05")[0]
+    assert ex05.benchmark.compiles("compiled_composite") and not ex05.benchmark.compiles("liger")
+    called = []
+    monkeypatch.setattr(baselines, "time_baselines",
+                        lambda e, r, c, m, fns, graded=True: {n: {"ms": 1.0} for n in fns})
+    monkeypatch.setattr(baselines, "make_inputs", lambda *a: (torch.ones(1),))
+    monkeypatch.setattr(baselines, "make_step", lambda fn, *a: fn)
+    monkeypatch.setattr(baselines, "time_step", lambda run, rep_ms: called.append(run()) or
+                        {"ms": 1.0})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(baselines, "BASELINES", tmp_path / "baselines")
+    monkeypatch.setattr(baselines, "current", lambda: Settings())
+    fns = {n: (lambda n=n: n) for n in ("eager", "compile", "compiled_composite", "liger")}
+    baselines.baseline_times(ex05, None, "forward", fns)
+    again = baselines.baseline_times(ex05, None, "forward", fns)
+    assert sorted(called) == ["eager", "liger"]  # re-timed; the compiled two stand with them
+    assert again["compiled_composite"]["with"] == ["eager", "liger"]
+
+
+def test_compiled_names_a_baseline(tmp_path):
+    """`compiled` in [benchmark] must name one of the baselines or peers."""
+    folder = tmp_path / "05_softmax"
+    shutil.copytree(EX.dir.parent / "05_softmax", folder)
+    toml = folder / "exercise.toml"
+    toml.write_text(toml.read_text().replace('compiled = ["compiled_composite"]',
+                                             'compiled = ["compiled_compost"]'))
+    with pytest.raises(SpecError, match="compiled_compost"):
+        load_exercise(folder)

@@ -3,7 +3,6 @@ one judge, a crash in one share is the track's crash, QUICK says what it leaves 
 specializations Triton would compile are counted by Triton's own rule."""
 import dataclasses
 
-import pytest
 import torch
 
 from grader.common import events as ev
@@ -97,3 +96,31 @@ def test_specializations_follow_tritons_rule():
     x = torch.zeros(64)
     assert _arg_key(x) == _arg_key(torch.ones(64)) != _arg_key(x[1:]) != _arg_key(x.half())
     assert _arg_key(0.5) == _arg_key(1e-6) and _arg_key(None) == "none"
+
+
+def test_an_exercises_baselines_are_timed_by_its_warming_judge_before_its_tracks(monkeypatch):
+    """A cold grade on a GPU: each exercise's warming judge (its compiled baselines compiled
+    during the checks) is let through its gate once, right before the exercise's first timing,
+    and times the baselines into the run's cache for every track of the exercise; an exercise
+    without one (compiled on an earlier grade) is timed as before."""
+    ex01, ex06 = discover(only="01")[0], discover(only="06")[0]
+    pairs = [(ex01, ex01.tracks["triton"])] + [(ex06, t) for t in ex06.tracks.values()]
+    log = []
+
+    class FakeJudges:
+        def release(self, ex, prepared):
+            log.append(("baselines", ex.id, prepared))
+
+        def time(self, ex, t, prepared=None):
+            log.append(("time", ex.id, t.name))
+            return Phase((), 0, None, "")
+
+    monkeypatch.setattr(grade_module, "timeable", lambda ex, phase: True)
+    warmed = {"06_rmsnorm": "06's warming judge"}
+    checked = {(ex.id, t.name): None for ex, t in pairs}
+    timed = grade_module._time_all(FakeJudges(), pairs, checked, True, grade_module._Ahead(),
+                                   lambda text: None, 0.0, warmed)
+    assert log == [("time", "01_vector_add", "triton"),
+                   ("baselines", "06_rmsnorm", "06's warming judge"),
+                   ("time", "06_rmsnorm", "triton"), ("time", "06_rmsnorm", "cuda")]
+    assert not warmed and len(timed) == 3

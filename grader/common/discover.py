@@ -79,6 +79,13 @@ class Benchmark:
     extras: tuple["Extra", ...] = ()
     wrap: str | None = None     # (an extra's) reference.py function: wrap(op) -> a model around
     #                             the op, compiled whole (torch.compile, fullgraph) on both sides
+    # baselines or peers whose reference.py function runs torch.compile itself (05's
+    # compiled_composite, 13's flex): compiled ahead like "compile", and, kept, not re-timed
+    compiled: tuple[str, ...] = ()
+
+    def compiles(self, name: str) -> bool:
+        """Does this baseline compile on its first call (seconds of dynamo and Inductor)?"""
+        return name == "compile" or name.startswith("compile:") or name in self.compiled
 
 
 @dataclass(frozen=True)
@@ -273,7 +280,7 @@ def _extra(f: _Fields, tracks, b: Benchmark) -> Extra:
 
 def _benchmark(f: _Fields, tracks) -> Benchmark:
     f.unknown({"call", "inputs", "model", "ceiling", "dtype", "case", "sweep", "modes",
-               "grad_args", "baselines", "peers", "threshold", "extra"})
+               "grad_args", "baselines", "peers", "compiled", "threshold", "extra"})
     call = f.get("call", str)
     for track in tracks.values():
         if call not in track.entry_points:
@@ -289,9 +296,13 @@ def _benchmark(f: _Fields, tracks) -> Benchmark:
         case=f.get("case", dict), sweep=tuple(f.get("sweep", list, [])),
         modes=modes, grad_args=grad_args, baselines=baselines,
         peers=f.strings("peers", ()),
+        compiled=f.strings("compiled", ()),
         thresholds=tuple(_threshold(_Fields(f.path, t, f"{f.prefix}threshold[{i}]."), baselines)
                          for i, t in enumerate(thresholds)),
     )
+    for name in b.compiled:
+        if name not in b.baselines + b.peers:
+            raise f.error("compiled", f"{name!r} is not one of the baselines or peers")
     extras = tuple(_extra(_Fields(f.path, e, f"{f.prefix}extra[{i}]."), tracks, b)
                    for i, e in enumerate(f.get("extra", list, [])))
     return replace(b, extras=extras)

@@ -173,7 +173,9 @@ class Performance(Event):
 @_kind("warm")
 @dataclass
 class Warmed(Event):
+    """The baselines compiled ahead (or, `timed`, timed at the warming judge's gate)."""
     seconds: float = 0.0
+    timed: bool = False
 
 
 @_kind("ready")

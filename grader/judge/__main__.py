@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     p.add_argument("--track", required=True)
     p.add_argument("--events", required=True)
     p.add_argument("--phase", choices=["checks", "bench", "sweep", "warm"], default="checks")
-    p.add_argument("--gate", type=Path, help="(bench) get ready, then wait for this file to "
+    p.add_argument("--gate", type=Path, help="(bench, warm) get ready, then wait for this file to "
                                              "exist before timing anything")
     p.add_argument("--scratch-in", type=Path, help="the folder to make the submission's "
                                                    "scratch folder in (the caller removes it)")

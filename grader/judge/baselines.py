@@ -21,7 +21,7 @@ from grader.common.paths import BASELINES, warm_marker
 from grader.common.reference import load_reference
 from grader.common.settings import current
 from grader.common.timing import host_ms, make_step, time_step
-from grader.judge.cases import dy_for, fresh_seed, make_inputs
+from grader.judge.cases import dy_for, fresh_seed, make_inputs, warm_fake_tensors
 
 
 def _compiled(fn):
@@ -76,6 +76,7 @@ def time_baselines(exercise, ref, case, mode, fns, *, graded=True) -> dict:
         if isinstance(fn, str):
             out[name] = {"error": fn}
             continue
+        began = time.perf_counter()
         try:
             run = make_step(fn, args, mode, b.grad_args, dy)
             t = time_step(run, rep_ms=200 if graded else 100)
@@ -90,34 +91,43 @@ def time_baselines(exercise, ref, case, mode, fns, *, graded=True) -> dict:
         except Exception as e:  # a baseline that fails is reported; the run goes on
             out[name] = {"error": f"failed: {type(e).__name__}: {str(e)[:200]}"}
         torch.cuda.synchronize()
+        _trace(f"{mode} baseline {name} timed", began)
     return out
 
 
-def warm_baselines(exercise) -> float:
-    """Compile the exercise's torch.compile baselines at the graded case, once per mode, and
-    run each once: Inductor's on-disk caches (FX graphs, AOT autograd, Triton kernels) then
-    hold them, and the timing phase's compile of the same code is a cache hit (seconds instead
-    of tens of seconds). Nothing is timed here; it runs while other tracks' checks share the GPU.
-    When all compiled, leaves warm_marker. Returns the seconds it took."""
+def _trace(what: str, began: float) -> None:
+    """A line of the judge's timing trace (grader.judge.measure; Settings.keep_logs keeps it)."""
+    print(f"[timing]     {what}: {time.perf_counter() - began:.2f} s", flush=True)
+
+
+def warm_baselines(exercise) -> tuple[float, tuple | None]:
+    """Compile the exercise's torch.compile baselines (Benchmark.compiles) at the graded case,
+    once per mode, and run each once (the peers too): Inductor's on-disk caches (FX graphs, AOT autograd, Triton
+    kernels) then hold them, and a later compile of the same code is a cache hit (seconds
+    instead of tens of seconds). Nothing is timed here; it runs while other tracks' checks share
+    the GPU. When all compiled, leaves warm_marker. Returns (the seconds it took, (reference,
+    every baseline's callable, the compiled ones compiled in this process) for
+    time_warmed_baselines, or None where there is nothing to time)."""
     start = time.perf_counter()
     b = exercise.benchmark
     if b is None or not torch.cuda.is_available():
-        return 0.0
+        return 0.0, None
     ref = load_reference(exercise)
-    fns = {n: f for n, f in baseline_fns(exercise, ref).items()
-           if n == "compile" or n.startswith("compile:")}
+    fns = baseline_fns(exercise, ref)
     torch._dynamo.reset()
-    failed = any(isinstance(fn, str) for fn in fns.values())
+    failed = any(isinstance(fn, str) for n, fn in fns.items() if b.compiles(n))
     for mode in b.modes:
         args = make_inputs(exercise, ref, b.case, fresh_seed())
         dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
-        for fn in fns.values():
-            if isinstance(fn, str):
+        for name, fn in fns.items():
+            # the peers too: Liger-Kernel's first call JIT-compiles its Triton kernels (7-8 s on
+            # the GPU host), better done beside the checks than at the timing's turn
+            if isinstance(fn, str) or not (b.compiles(name) or name in b.peers):
                 continue
             try:
                 make_step(fn, args, mode, b.grad_args, dy)()
-            except Exception:  # the timing phase reports a baseline that fails
-                failed = True
+            except Exception:  # the timing phase reports a baseline that fails (a peer not
+                failed = failed or b.compiles(name)  # installed is no reason to warm again)
         del args, dy
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -125,6 +135,19 @@ def warm_baselines(exercise) -> float:
         marker = warm_marker(exercise, torch.cuda.get_device_name())
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(f"{time.perf_counter() - start:.1f} s\n")
+    return round(time.perf_counter() - start, 1), (ref, fns)
+
+
+def time_warmed_baselines(exercise, ref, fns) -> float:
+    """At the warming judge's turn on the GPU (grader.run.grade opens its gate before the
+    exercise's first timing): every baseline's figures, per mode, into this grade's run cache
+    (baseline_times), with the callables warm_baselines compiled. The tracks' timing judges then
+    read them there: a fresh judge compiling the baselines again (dynamo's trace, Inductor's
+    cache read: 5-15 s a baseline and mode on the GPU host) was most of a cold grade's timing.
+    Returns the seconds it took."""
+    start = time.perf_counter()
+    for mode in exercise.benchmark.modes:
+        baseline_times(exercise, ref, mode, fns)
     return round(time.perf_counter() - start, 1)
 
 
@@ -165,7 +188,8 @@ def baseline_times(exercise, ref, mode, fns) -> dict:
 
 def _revalidated(exercise, ref, mode, fns, kept: dict) -> dict:
     """The kept figures that a short re-timing on fresh inputs confirms; the others are left
-    out (timed again by the caller). A torch.compile'd baseline is not re-timed: compiling it
+    out (timed again by the caller). A torch.compile'd baseline (Benchmark.compiles: "compile",
+    or one its reference.py function compiles itself) is not re-timed: compiling it
     in the timing's process (its graph traced again, Inductor's cache read) was most of a
     timing's seconds. It stands with the exercise's other baselines: kept when each of them
     re-times within REVALIDATE (the machine has not changed under them), timed again otherwise."""
@@ -177,13 +201,16 @@ def _revalidated(exercise, ref, mode, fns, kept: dict) -> dict:
         old = kept.get(name) or {}
         if isinstance(fn, str) or "ms" not in old:
             continue
-        if name == "compile" or name.startswith("compile:"):
+        if b.compiles(name):
             compiled.append(name)
             continue
+        began = time.perf_counter()
         try:
             look = time_step(make_step(fn, args, mode, b.grad_args, dy), rep_ms=20)["ms"]
         except Exception:  # reported by the full timing, which tries again
             continue
+        finally:
+            _trace(f"{mode} baseline {name} re-timed", began)
         if abs(look / old["ms"] - 1) <= REVALIDATE:
             out[name] = {**old, "kept": old.get("measured"), "relooked_ms": look,
                          "within": REVALIDATE}
@@ -235,8 +262,11 @@ def prepare_performance(exercise) -> tuple:
     worker started ahead does this while another track's timing holds the GPU (nothing here
     launches a kernel)."""
     ref = load_reference(exercise)
+    warm_fake_tensors()
     lazy = baseline_fns(exercise, ref, lazy=True)
-    if current().quick or all(
+    # a grade's run cache: the exercise's warming judge times the baselines into it before the
+    # exercise's first timing (time_warmed_baselines); compiling here would be for nothing
+    if current().quick or current().run_cache or all(
             any((p := _cached_at(exercise, m, lazy, folder)) is not None and p.is_file()
                 for folder in (current().run_cache, BASELINES))
             for m in exercise.benchmark.modes):

@@ -43,3 +43,14 @@ def dy_for(ref, args, exercise):
             out = ref.reference(*args)
         first = out[0] if isinstance(out, (tuple, list)) else out
         return torch.randn_like(first)
+
+
+def warm_fake_tensors() -> None:
+    """FakeTensorMode's first use (dy_for's) imports torch._dynamo and sets up the meta kernels:
+    1.4-2 s here, ~6 s on the GPU host, where it landed inside a timing's window. The same import
+    serves Liger-Kernel's ops (they import torch._dynamo: 10 s of a peer's first call) and a
+    torch.compile'd baseline. CPU only: a judge waiting at its gate does it."""
+    import torch._dynamo  # noqa: F401 (the import is the point)
+    with FakeTensorMode() as mode:
+        (mode.from_tensor(torch.empty(4)) * 2).sum()
+

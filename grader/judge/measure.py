@@ -114,7 +114,8 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
         e = r["capture_error"]
         t["capture_error"] = (f"{e.get('where', '')}: " if e.get("where") else "") + \
             f"{e.get('type')}: {str(e.get('message', '')).splitlines()[0][:300]}"
-    trace(f"GPU time ({t['method']}) and host time")
+    spent = ", ".join(f"{k} {v:.2f} s" for k, v in (r.get("seconds") or {}).items())
+    trace(f"GPU time ({t['method']}) and host time" + (f" ({spent})" if spent else ""))
     del args, dy
     if not batch:
         return t

@@ -7,7 +7,8 @@ pytest and the rest, while that process imports its own).
 - `bench`: a fresh judge and submission process time the track (grader.judge.measure), waiting
   at a gate where the grade started it ahead;
 - `sweep`: `make bench` for one exercise (grader.judge.sweep);
-- `warm`: no submission at all: the exercise's compiled baselines, compiled ahead.
+- `warm`: no submission at all: the exercise's compiled baselines, compiled ahead, then (at a
+  gate, in a grade) every baseline timed with them, for the tracks' timings to read.
 Everything the judge learns goes to its event log as it happens.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from grader.common.paths import EXERCISES, HYPOTHESIS, ROOT
 from grader.common.processes import crash_excerpt
 from grader.common.seam import start_sharing
 from grader.common.settings import current
-from grader.judge.baselines import prepare_performance, warm_baselines
+from grader.judge.baselines import prepare_performance, time_warmed_baselines, warm_baselines
 from grader.judge.measure import grade_performance
 from grader.judge.plugin import Grader
 from grader.judge.proxy import SubmissionDied, record_compiles
@@ -43,8 +44,12 @@ def run_phase(args, began: float, early, spawner) -> int:
     track = exercise.tracks[args.track]
     record(ev.JudgeStarted(pid=os.getpid(), began=began, torch=torch.__version__,
                            gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None))
-    if args.phase == "warm":  # no submission: compile the baselines ahead
-        record(ev.Warmed(seconds=warm_baselines(exercise)))
+    if args.phase == "warm":  # no submission: compile the baselines ahead, time them at the gate
+        seconds, warmed = warm_baselines(exercise)
+        record(ev.Warmed(seconds=seconds))
+        if args.gate is not None and warmed is not None and current().run_cache:
+            _wait_at(args.gate, record)
+            record(ev.Warmed(seconds=time_warmed_baselines(exercise, *warmed), timed=True))
     elif args.phase == "sweep":  # make bench: every track of the tree, in processes of their own
         bench_exercise(args.tree.resolve(), exercise, record, repeats=current().bench_repeats,
                        spawner=spawner)
@@ -56,6 +61,14 @@ def run_phase(args, began: float, early, spawner) -> int:
         _with_submission(args, exercise, track, record, early, spawner)
     record(ev.Done())
     return 0
+
+
+def _wait_at(gate, record) -> None:
+    """Ready: wait until the grade opens the gate (the GPU is this judge's then)."""
+    record(ev.Ready())
+    while not gate.exists():
+        time.sleep(0.01)
+    record(ev.Gate())
 
 
 def _with_submission(args, exercise, track, record, early, spawner) -> None:
@@ -90,10 +103,7 @@ def _with_submission(args, exercise, track, record, early, spawner) -> None:
         prepared = None
         if args.gate is not None:  # started ahead: another track may be timing right now
             prepared = prepare_performance(exercise)  # CPU only: no kernel runs before the gate
-            record(ev.Ready())
-            while not args.gate.exists():
-                time.sleep(0.01)
-            record(ev.Gate())
+            _wait_at(args.gate, record)
         grade_performance(exercise, track, session, record, prepared)
         record_compiles(session, record)
         if session.attempts:  # the repository written, or the evidence redirected, while timed

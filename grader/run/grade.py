@@ -6,8 +6,9 @@
 (`jobs` at once; the GPU is shared fine for checks), then times each timeable track alone on
 the GPU, then scores (grader.run.score) and returns a `Grade` whose rows the reports are made from
 (grader.run.report). While the checks run, the exercises' compiled baselines are warmed in judges of
-their own, and the first timings' judges get ready (their processes, torch, CUDA, the baselines'
-callables), each waiting at its gate until the GPU is its own.
+their own (which then time every baseline at their turn, before the exercise's tracks), and the
+first timings' judges get ready (their processes, torch, CUDA, the baselines' callables), each
+waiting at its gate until the GPU is its own.
 """
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def grade(sub: Submission, progress=None) -> Grade:
         judges = Judges(tree, settings, follower, forker)
         if bench and landlock_available():  # no snapshot to take around a judge started ahead
             ahead.start(judges, [(ex, t) for ex, t in pairs if ex.benchmark is not None])
-        warm = [warming.submit(_warm, judges, ex, gpu) for ex in sub.exercises
+        warm = [(ex, warming.submit(_warm, judges, ex, gpu)) for ex in sub.exercises
                 if bench and ex.benchmark]
         checked: dict[tuple, Phase] = {}
         for done in as_completed(todo):
@@ -128,14 +129,19 @@ def grade(sub: Submission, progress=None) -> Grade:
             say(f"checked {ex.id} [{t.name}]: {r.count('correctness', 'passed')}/"
                 f"{r.total('correctness')} correctness checks passed "
                 f"({time.perf_counter() - start:.0f} s)")
-        for w in warm:
-            w.result()
-        if warm:
-            say(f"baselines compiled ahead ({time.perf_counter() - start:.0f} s)")
+        warmed = {}  # exercise id -> its warming judge, at its gate
         try:
-            timed = _time_all(judges, pairs, checked, bench, ahead, say, start)
+            for ex, w in warm:
+                if (waiting := w.result()) is not None:
+                    warmed[ex.id] = waiting
+            if warm:
+                say(f"baselines compiled ahead ({time.perf_counter() - start:.0f} s)")
+            timed = _time_all(judges, pairs, checked, bench, ahead, say, start, warmed)
         finally:
             ahead.cancel()  # a timing that raised: no judge left at its gate
+            for _, w in warm:  # warming judges of exercises with no track timed (or a raise)
+                if w.done() and not w.exception() and w.result() is not None:
+                    w.result().cancel()  # (one released already has ended: nothing to do)
     rows = []
     for ex, t in pairs:
         phase = checked[(ex.id, t.name)]
@@ -298,16 +304,28 @@ def _build_ahead(judges: Judges, ex, t, say) -> None:
         f"TORCH_CUDA_ARCH_LIST={m['arch_list']})")
 
 
-def _warm(judges: Judges, ex, gpu: str) -> None:
+def _warm(judges: Judges, ex, gpu: str) -> Prepared | None:
     """The exercise's compiled baselines, compiled ahead in a judge without a submission
-    (grader.judge.baselines.warm_baselines). A failure only means the timing phase compiles;
-    compiled already on this GPU (the warm marker), or QUICK (the baselines' times come from a
+    (grader.judge.baselines.warm_baselines), which then waits at its gate: opened before the
+    exercise's first timing, it times every baseline into the run's cache with what it compiled
+    (time_warmed_baselines). Returns it, waiting (None: it ended; a failure only means the
+    timing phase compiles and times the baselines itself). Compiled already on this GPU (the
+    warm marker: the timings re-time kept figures), or QUICK (the baselines' times come from a
     cache): nothing to do."""
-    if not any(n == "compile" or n.startswith("compile:") for n in ex.benchmark.baselines):
-        return
+    if not any(ex.benchmark.compiles(n) for n in ex.benchmark.baselines + ex.benchmark.peers):
+        return None
     if judges.settings.quick or warm_marker(ex, gpu).exists():
-        return
-    judges.run(ex, next(iter(ex.tracks.values())), "warm", min(ex.timeout_s, 600))
+        return None
+    track = next(iter(ex.tracks.values()))
+    if not judges.settings.run_cache:  # nowhere to leave the figures: compile only
+        judges.run(ex, track, "warm", min(ex.timeout_s, 600))
+        return None
+    warming = Prepared(judges, ex, track, "warm")
+    if warming.ready():
+        return warming
+    judges.wait(warming.judge, track, 0)  # ended (its events and log, as any judge's)
+    warming.tmp.cleanup()
+    return None
 
 
 class _Ahead:
@@ -368,9 +386,12 @@ def _label(ex, t) -> str:
     return f"{ex.id} [{t.name}]"
 
 
-def _time_all(judges: Judges, pairs, checked, bench, ahead: _Ahead, say, start) -> dict:
+def _time_all(judges: Judges, pairs, checked, bench, ahead: _Ahead, say, start,
+              warmed: dict) -> dict:
     """Each timing alone on the GPU, in exercise order, the next AHEAD tracks' judges started
-    while one times (each waits at its gate); the timing phases by (exercise id, track)."""
+    while one times (each waits at its gate), an exercise's baselines timed first by its
+    warming judge (`warmed`: exercise id -> that judge, at its gate; taken from it as it goes);
+    the timing phases by (exercise id, track)."""
     if not bench:
         return {}
     order = [(ex, t) for ex, t in pairs if timeable(ex, checked[(ex.id, t.name)])]
@@ -380,6 +401,11 @@ def _time_all(judges: Judges, pairs, checked, bench, ahead: _Ahead, say, start) 
         began = time.perf_counter()
         if ahead.judges is not None:
             ahead.ensure(order[k:k + 1 + AHEAD])
+        if ex.id in warmed:
+            judges.release(ex, warmed.pop(ex.id))
+            say(f"timed {ex.id}'s baselines in {time.perf_counter() - began:.0f} s "
+                f"({time.perf_counter() - start:.0f} s)")
+            began = time.perf_counter()
         timed[(ex.id, t.name)] = judges.time(ex, t, ahead.take(ex, t))
         say(f"timed {ex.id} [{t.name}] in {time.perf_counter() - began:.0f} s "
             f"({time.perf_counter() - start:.0f} s)")

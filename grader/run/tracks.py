@@ -13,6 +13,7 @@ snapshotted around each judge, and anything changed is restored and reported as 
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
 from grader.common import events as ev
@@ -33,12 +34,22 @@ def timeable(exercise: Exercise, checks: Phase) -> bool:
 
 
 class Prepared:
-    """A timing judge started ahead, waiting at its gate (see Judges.time)."""
+    """A judge started ahead, waiting at its gate: a timing (see Judges.time), or the exercise's
+    warming judge, which compiles the baselines and times them at its turn (Judges.release)."""
 
-    def __init__(self, judges: "Judges", exercise: Exercise, track: Track):
+    def __init__(self, judges: "Judges", exercise: Exercise, track: Track, phase: str = "bench"):
         self.tmp = tempfile.TemporaryDirectory(prefix="grader-", ignore_cleanup_errors=True)
         self.gate = Path(self.tmp.name) / "go"
-        self.judge = judges.start(exercise, track, "bench", Path(self.tmp.name), gate=self.gate)
+        self.track = track
+        self.judge = judges.start(exercise, track, phase, Path(self.tmp.name), gate=self.gate)
+
+    def ready(self, poll_s: float = 0.05) -> bool:
+        """Wait until the judge waits at its gate (True) or has ended (False)."""
+        while self.judge.proc.poll() is None:
+            if any(isinstance(e, ev.Ready) for e in ev.read(self.judge.events)):
+                return True
+            time.sleep(poll_s)
+        return False
 
     def cancel(self) -> None:
         kill_judge(self.judge)
@@ -83,6 +94,12 @@ class Judges:
             phase = self.run(exercise, track, "checks", self._limit(exercise))
         return guard.restored(phase)
 
+    def release(self, exercise: Exercise, prepared: Prepared) -> Phase:
+        """Open a judge's gate (the GPU is its own now) and follow it to its end."""
+        prepared.gate.touch()
+        with prepared.tmp:
+            return self.wait(prepared.judge, prepared.track, self._limit(exercise))
+
     def time(self, exercise: Exercise, track: Track, prepared: Prepared | None = None) -> Phase:
         """Time a track whose checks were timeable, even when some checks failed: the learner
         sees the figures (the output at the benchmark case is validated either way); points
@@ -90,9 +107,7 @@ class Judges:
         started ahead and waiting at its gate (only where Landlock sandboxes the submission: no
         snapshot to take around it)."""
         if prepared is not None:
-            prepared.gate.touch()  # go: the GPU is this judge's now
-            with prepared.tmp:
-                return self.wait(prepared.judge, track, self._limit(exercise))
+            return self.release(exercise, prepared)
         with _Guard(self.tree, self.settings) as guard:
             phase = self.run(exercise, track, "bench", self._limit(exercise))
         return guard.restored(phase)

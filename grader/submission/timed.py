@@ -5,6 +5,8 @@ holds the loaded track (`_target`), the torch module and the error reply (`_erro
 """
 from __future__ import annotations
 
+import time
+
 from grader.common.poison import poison_fresh_memory
 from grader.common.timing import capture, host_ms, make_step, time_step
 
@@ -25,13 +27,18 @@ class Timed:
     def do_time(self, entry, args, mode, grad_args, dy, wrap=None) -> dict:
         """The op's GPU time (grader.common.timing.time_step: graph replay, L2 flushed; events if it
         cannot be captured, with the reason) and its host cost, on the judge's inputs."""
+        began = time.perf_counter()
         self._unpoisoned()
         run = make_step(self._timed(entry, wrap), args, mode, grad_args, dy)
         t = time_step(run)
+        timed = time.perf_counter()
         error = t.pop("capture_error", None)
         if error is not None:
             t["capture_error"] = self._error(error)
         t["host_ms"] = host_ms(run)
+        # where this request's seconds went (the judge's [timing] trace prints them)
+        t["seconds"] = {"captured and replayed": round(timed - began, 2),
+                        "host time": round(time.perf_counter() - timed, 2)}
         return t
 
     def do_capture(self, entry, args, mode, grad_args, dy, wrap=None) -> dict:
