@@ -110,10 +110,13 @@ def test_an_exercises_baselines_are_timed_by_its_warming_judge_before_its_tracks
     class FakeJudges:
         def release(self, ex, prepared):
             log.append(("baselines", ex.id, prepared))
+            return Phase((ev.Warmed(seconds=7.0, timed=True, t=100.0), ev.Done()), 0, None, "")
 
         def time(self, ex, t, prepared=None):
             log.append(("time", ex.id, t.name))
-            return Phase((), 0, None, "")
+            return Phase((ev.JudgeStarted(began=100.0, t=101.0), ev.Gate(t=110.0),
+                          ev.Performance(seconds={"baselines": 0.5, "submission": 3.0},
+                                         t=114.0), ev.Done(t=114.0)), 0, None, "")
 
     monkeypatch.setattr(grade_module, "timeable", lambda ex, phase: True)
     warmed = {"06_rmsnorm": "06's warming judge"}
@@ -124,3 +127,9 @@ def test_an_exercises_baselines_are_timed_by_its_warming_judge_before_its_tracks
                    ("baselines", "06_rmsnorm", "06's warming judge"),
                    ("time", "06_rmsnorm", "triton"), ("time", "06_rmsnorm", "cuda")]
     assert not warmed and len(timed) == 3
+    # the time report: each timing from its gate (4 s, not its 14 s since the judge started);
+    # the warming judge's 7 s counted with the track they were timed for (06's first), only
+    times = {k: track_result(k[0], k[1], "tree", Phase(()), p).times for k, p in timed.items()}
+    assert {k: t["timing"] for k, t in times.items()} == {k: 4.0 for k in timed}
+    assert times[("06_rmsnorm", "triton")]["timing_parts"]["baselines"] == 7.5
+    assert times[("06_rmsnorm", "cuda")]["timing_parts"]["baselines"] == 0.5

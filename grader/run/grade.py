@@ -12,6 +12,7 @@ waiting at its gate until the GPU is its own.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -401,12 +402,16 @@ def _time_all(judges: Judges, pairs, checked, bench, ahead: _Ahead, say, start,
         began = time.perf_counter()
         if ahead.judges is not None:
             ahead.ensure(order[k:k + 1 + AHEAD])
+        baselines = ()
         if ex.id in warmed:
-            judges.release(ex, warmed.pop(ex.id))
+            phase = judges.release(ex, warmed.pop(ex.id))
+            baselines = tuple(e for e in phase.events if isinstance(e, ev.Warmed) and e.timed)
             say(f"timed {ex.id}'s baselines in {time.perf_counter() - began:.0f} s "
                 f"({time.perf_counter() - start:.0f} s)")
             began = time.perf_counter()
-        timed[(ex.id, t.name)] = judges.time(ex, t, ahead.take(ex, t))
+        phase = judges.time(ex, t, ahead.take(ex, t))
+        # the time report counts the baselines' seconds with the track they were timed for
+        timed[(ex.id, t.name)] = dataclasses.replace(phase, events=baselines + phase.events)
         say(f"timed {ex.id} [{t.name}] in {time.perf_counter() - began:.0f} s "
             f"({time.perf_counter() - start:.0f} s)")
     return timed

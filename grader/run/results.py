@@ -165,7 +165,8 @@ def _times(checks: Phase, timing: Phase | None) -> dict:
     """Where a track's seconds went, from its judges' events (each stamped with its time):
     ready (the judge's start to the track built and imported), build, checks (the first to the
     last), the slowest check, references (the float64 expectations), compiles (Triton's
-    specializations and their seconds), timing (its judge's whole phase, and its parts)."""
+    specializations and their seconds), timing (its judge's phase from its gate, and its parts;
+    the baselines' with the warming judge's seconds where it timed them for this track)."""
     def last(kind, phase):
         return next((e for e in reversed(phase.events) if isinstance(e, kind)), None)
     out: dict = {}
@@ -186,9 +187,16 @@ def _times(checks: Phase, timing: Phase | None) -> dict:
     if (comp := last(ev.Compiles, checks)) is not None:
         out["compiles"] = comp.fields()
     if timing is not None and (tj := last(ev.JudgeStarted, timing)) is not None and timing.events:
-        out["timing"] = round(timing.events[-1].t - tj.began, 1)
-        if (perf := last(ev.Performance, timing)) is not None and perf.seconds:
-            out["timing_parts"] = perf.seconds
+        # a judge started ahead: from its gate (its seconds on the GPU, not its wait for them)
+        gate = last(ev.Gate, timing)
+        out["timing"] = round(timing.events[-1].t - (gate.t if gate else tj.began), 1)
+        parts = dict(perf.seconds) if (perf := last(ev.Performance, timing)) is not None and \
+            perf.seconds else {}
+        if (warmed := last(ev.Warmed, timing)) is not None and warmed.timed:
+            # the exercise's baselines, timed by its warming judge before this track (its first)
+            parts["baselines"] = round(parts.get("baselines", 0.0) + warmed.seconds, 2)
+        if parts:
+            out["timing_parts"] = parts
         if (comp := last(ev.Compiles, timing)) is not None:
             out["timing_compiles"] = comp.fields()
     return out
