@@ -2,7 +2,8 @@
 # make exercise-02            grade one exercise, every failure in full (PROFILE=1: ncu per kernel;
 #                             SANITIZE=memcheck|racecheck|...,
 #                             REPRO=check@example: one failing example again, as a failure prints it;
-#                             QUICK=1: one example per property check, no opcheck nor torch.compile,
+#                             QUICK=1: the forward's checks, one example per property check, none of
+#                             the backward's other checks, no opcheck nor torch.compile,
 #                             the baselines' kept figures; TIMES=1: where the seconds went)
 # make watch-02               regrade one exercise on every save, with the seconds it took (QUICK=1:
 #                             QUICK's examples and the timing)

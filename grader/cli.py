@@ -125,8 +125,10 @@ def main(argv=None) -> int:
     g.add_argument("--json", help="write Gradescope's results.json here")
     g.add_argument("--junit", help="write JUnit XML here (one testcase per check)")
     g.add_argument("--no-bench", action="store_true", help="skip the performance step")
-    g.add_argument("--quick", action="store_true", help="the edit loop: 3 examples per "
-                   "property check, the baselines' last times on this GPU; not for grading")
+    g.add_argument("--quick", action="store_true", help="the edit loop: the forward's checks, "
+                   "one example per property check, none of the backward's other checks, no "
+                   "opcheck nor torch.compile, the baselines' last times on this GPU; not for "
+                   "grading")
     g.add_argument("--jobs", type=int, default=0, help="tracks checked at once (default: half "
                    "the cores; one without Landlock)")
     g.add_argument("--build", choices=["jit", "aot"], default="jit", help="jit: "

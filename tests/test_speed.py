@@ -89,6 +89,20 @@ def test_quick_says_what_it_leaves_out(monkeypatch):
     assert not [c for c in r.checks if c.outcome == "passed" and "opcheck" in c.name]
 
 
+def test_quick_leaves_the_backwards_explicit_checks_out(monkeypatch):
+    """QUICK: the backward's values on one example (its property check) run; gradcheck and the
+    backward's other explicit checks are skipped, each saying so; the forward's all run."""
+    ex = discover(only="08")[0]
+    g = grade(Submission(ROOT / "solutions", (ex,), settings=Settings(
+        quick=True, select="gradcheck or dw_over or backward_matches or forward_matches"),
+        bench=False))
+    outcome = {c.name.split("[")[0]: (c.outcome, c.message) for c in g.rows[0][1].checks}
+    assert outcome["test_backward_matches_reference"][0] == "passed"
+    assert outcome["test_forward_matches_reference"][0] == "passed"
+    for name in ("test_gradcheck", "test_dw_over_many_rows"):
+        assert outcome[name][0] == "skipped" and "QUICK=1 leaves the backward" in outcome[name][1]
+
+
 def test_specializations_follow_tritons_rule():
     """An integer equal to 1 or a multiple of 16 is a specialization of its own, any other one
     shares; a tensor's dtype and its 16-byte alignment count; floats are one kind."""

@@ -46,6 +46,11 @@ CAPTURABLE = "grader::capturable"  # the check that one step can be captured in 
 # gradcheck) run after its forward checks, and only while those all pass: a wrong forward makes
 # every gradient wrong, and the backward's failures would each name a cause that is not theirs
 AWAITS_FORWARD = "not checked until the forward passes"
+# QUICK=1, the edit loop: the forward's checks, every property check at one example (the
+# backward's values included), and none of the backward's other checks (gradcheck, the long
+# sums, the memory kept): most of a CPU grade's seconds, left to the full grade, and said
+QUICK_LEAVES = ("QUICK=1 leaves the backward's explicit checks out (its values are checked on "
+                "one example by the property checks): run without QUICK for them")
 
 
 # --- what does not depend on one run's state: options, profiles, parameters, fixtures ----------
@@ -269,6 +274,10 @@ class Grader:
         if current().first:  # the watch loop: what failed last time first, then the rest
             first = set(current().first)
             keep.sort(key=lambda i: (_backward(i), short(i.nodeid) not in first))
+        if current().quick and not current().repro:
+            for item in keep:
+                if _backward(item) and not _property(item):
+                    item.add_marker(pytest.mark.skip(reason=QUICK_LEAVES))
         if current().repro:
             chosen = repro_items(keep, self.record)
             drop += [i for i in keep if i not in chosen]
