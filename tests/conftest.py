@@ -22,6 +22,9 @@ os.environ.setdefault(VARIABLE, FIXED.env()[VARIABLE])
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason without one)")
+    # the exercises' own marks, met where a test loads an exercise's checks to use its helpers
+    config.addinivalue_line("markers", "backward: (an exercise's check) of the backward stage")
+    config.addinivalue_line("markers", "gradcheck: (an exercise's check) torch.autograd.gradcheck")
     from grader.common.machine import landlock_available
     if getattr(config.option, "numprocesses", None) and not landlock_available():
         # without Landlock every grade snapshots the repository and restores it afterwards: the
