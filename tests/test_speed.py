@@ -44,7 +44,7 @@ def test_a_cpu_grade_of_one_track_uses_the_idle_cores(monkeypatch):
     """Without a GPU, a track that declares `shards` (13) graded alone (`make exercise-13`)
     splits its checks over the cores the grade leaves idle, up to `shards`; a grade of more
     tracks than cores, a track that declares none, the project's own tests (fixed examples or a
-    selection) and REPRO keep one judge per track."""
+    selection), QUICK and REPRO keep one judge per track."""
     monkeypatch.setattr(grade_module, "driver_loaded", lambda: False)
     monkeypatch.setattr(grade_module, "landlock_available", lambda: True)
     monkeypatch.setattr(grade_module.os, "cpu_count", lambda: 2)
@@ -53,7 +53,7 @@ def test_a_cpu_grade_of_one_track_uses_the_idle_cores(monkeypatch):
     def shares(settings, tracks=1, track=long):
         return [s.shard for s in grade_module._shares(track, settings, tracks)]
     assert shares(Settings()) == [(0, 2), (1, 2)]
-    assert shares(Settings(quick=True)) == [(0, 2), (1, 2)]
+    assert shares(Settings(quick=True)) == [None]  # QUICK's few checks: one judge is sooner
     assert shares(Settings(), track=EX05.tracks["triton"]) == [None]  # shards = 1
     assert shares(Settings(), tracks=16) == [None]
     assert shares(Settings(examples="fixed")) == [None]

@@ -207,11 +207,13 @@ def _shares(track: Track, settings: Settings, tracks: int = 1) -> list[Settings]
     without a GPU, as many as the cores the grade's `tracks` leave idle, up to `shards` (the
     interpreter runs each check on one core: what 13 gains on 2 cores is in docs/performance.md,
     "Grading time on the CPU"); not for the project's own tests (fixed examples, a selection of
-    checks). Not for one check (REPRO), under a sanitizer, nor in the watch loop's order (last
+    checks), nor under QUICK. Not for one check (REPRO), under a sanitizer, nor in the watch loop's order (last
     time's failures first)."""
     n = track.shards
     if not driver_loaded():
-        n = 1 if settings.examples or settings.select else \
+        # QUICK's few checks are done before a second judge pays off: 13's took 10.2-11.6 s in
+        # one judge, 14.1-14.6 s in two (2 cores, 4 alternated runs each, 2026-11-29)
+        n = 1 if settings.examples or settings.select or settings.quick else \
             min(n, (os.cpu_count() or 1) // max(1, tracks))
     if n <= 1 or not landlock_available() or settings.repro or settings.sanitize or \
             settings.first:
