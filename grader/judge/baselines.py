@@ -102,10 +102,10 @@ def _trace(what: str, began: float) -> None:
 
 def warm_baselines(exercise) -> tuple[float, tuple | None]:
     """Compile the exercise's torch.compile baselines (Benchmark.compiles) at the graded case,
-    once per mode, and run each once (the peers too): Inductor's on-disk caches (FX graphs, AOT autograd, Triton
-    kernels) then hold them, and a later compile of the same code is a cache hit (seconds
-    instead of tens of seconds). Nothing is timed here; it runs while other tracks' checks share
-    the GPU. When all compiled, leaves warm_marker. Returns (the seconds it took, (reference,
+    once per mode, and run each once (the peers too): Inductor's on-disk caches (FX graphs,
+    AOT autograd, Triton kernels) then hold them, and a later compile of the same code is a
+    cache hit (seconds instead of tens of seconds). Nothing is timed here; it runs while other
+    tracks' checks share the GPU. When all compiled, leaves warm_marker. Returns (the seconds it took, (reference,
     every baseline's callable, the compiled ones compiled in this process) for
     time_warmed_baselines, or None where there is nothing to time)."""
     start = time.perf_counter()

@@ -207,8 +207,8 @@ def _shares(track: Track, settings: Settings, tracks: int = 1) -> list[Settings]
     without a GPU, as many as the cores the grade's `tracks` leave idle, up to `shards` (the
     interpreter runs each check on one core: what 13 gains on 2 cores is in docs/performance.md,
     "Grading time on the CPU"); not for the project's own tests (fixed examples, a selection of
-    checks), nor under QUICK. Not for one check (REPRO), under a sanitizer, nor in the watch loop's order (last
-    time's failures first)."""
+    checks), nor under QUICK. Not for one check (REPRO), under a sanitizer, nor in the watch
+    loop's order (last time's failures first)."""
     n = track.shards
     if not driver_loaded():
         # QUICK's few checks are done before a second judge pays off: 13's took 10.2-11.6 s in
