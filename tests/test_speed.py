@@ -147,3 +147,22 @@ def test_an_exercises_baselines_are_timed_by_its_warming_judge_before_its_tracks
     assert {k: t["timing"] for k, t in times.items()} == {k: 4.0 for k in timed}
     assert times[("06_rmsnorm", "triton")]["timing_parts"]["baselines"] == 7.5
     assert times[("06_rmsnorm", "cuda")]["timing_parts"]["baselines"] == 0.5
+
+
+def test_a_released_judge_is_not_signalled_again(monkeypatch, tmp_path):
+    """The grade cancels every warming judge at its end, those it released and waited for too:
+    an ended judge's process group (its number free for another's by then) is not killed."""
+    import tempfile
+    import types
+
+    from grader.run import tracks
+    killed = []
+    monkeypatch.setattr(tracks, "kill_judge", lambda j: killed.append(j) or
+                        setattr(j.proc, "returncode", -9))  # as kill_judge's wait() leaves it
+    for returncode in (0, None):
+        p = object.__new__(tracks.Prepared)
+        p.tmp = tempfile.TemporaryDirectory(dir=tmp_path)
+        p.judge = types.SimpleNamespace(proc=types.SimpleNamespace(returncode=returncode))
+        p.cancel()
+        p.cancel()  # twice: harmless
+    assert len(killed) == 1  # the running one, once

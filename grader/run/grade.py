@@ -142,7 +142,7 @@ def grade(sub: Submission, progress=None) -> Grade:
             ahead.cancel()  # a timing that raised: no judge left at its gate
             for _, w in warm:  # warming judges of exercises with no track timed (or a raise)
                 if w.done() and not w.exception() and w.result() is not None:
-                    w.result().cancel()  # (one released already has ended: nothing to do)
+                    w.result().cancel()
     rows = []
     for ex, t in pairs:
         phase = checked[(ex.id, t.name)]

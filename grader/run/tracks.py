@@ -52,7 +52,10 @@ class Prepared:
         return False
 
     def cancel(self) -> None:
-        kill_judge(self.judge)
+        """End it where it has not ended (one released and waited for is done: its process
+        group, whose number may be another's by now, is not signalled again)."""
+        if self.judge.proc.returncode is None:
+            kill_judge(self.judge)
         self.tmp.cleanup()
 
 
