@@ -36,7 +36,8 @@ class Timed:
         if error is not None:
             t["capture_error"] = self._error(error)
         t["host_ms"] = host_ms(run)
-        # where this request's seconds went (the judge's [timing] trace prints them)
+        # where this request's seconds went: the judge's [timing] trace prints them (a figure
+        # for the log, made in the submission's process: never evidence)
         t["seconds"] = {"captured and replayed": round(timed - began, 2),
                         "host time": round(time.perf_counter() - timed, 2)}
         return t
