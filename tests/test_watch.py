@@ -17,6 +17,7 @@ from grader.common.processes import child_env
 from grader.common.discover import discover
 from grader.run.grade import Submission, grade, write_reports
 from grader.common.paths import ROOT
+from grader.common.settings import from_environment
 from grader.tools.watch import Watcher
 from grader.run.zygotes import Zygote, ZygoteError
 
@@ -241,11 +242,13 @@ def test_a_grade_of_several_tracks_forks_from_zygotes_with_the_same_verdicts(mon
         started.append(real(*a, **k))
         return started[-1]
     monkeypatch.setattr(grade_module, "start_zygotes", spy)
-    forked = grade(Submission(ROOT / "starter", exercises, bench=False))
+    # the starters run in full (an unchanged one is otherwise answered without a process)
+    run = from_environment().replace(build_starters=True)
+    forked = grade(Submission(ROOT / "starter", exercises, run, bench=False))
     assert len(started) == 1
     assert not any(z.alive() for z in started[0])
     monkeypatch.setattr(grade_module, "FORK_AT", 99)
-    afresh = grade(Submission(ROOT / "starter", exercises, bench=False))
+    afresh = grade(Submission(ROOT / "starter", exercises, run, bench=False))
     assert len(started) == 1
     assert verdicts(forked) == verdicts(afresh)
     assert all(r.not_implemented for _, r, _ in forked.rows), verdicts(forked)

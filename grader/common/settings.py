@@ -36,6 +36,10 @@ class Settings:
     #                                       track's checks (grader.run.grade: long tracks on a GPU)
     examples: str | None = None    # hypothesis' examples: None chooses by the machine and QUICK;
     #                                "fixed" (the project's own tests): 6, the same every run
+    build_starters: bool = False   # grade a track that is the starter as shipped in full (the
+    #                                project's own tests: every starter builds and says "not
+    #                                implemented yet"); else it is "not started" at once
+    #                                (grader.common.pristine)
     signals: str = "auto"          # the submission's signal fence (grader.submission.sandbox): auto is
     #                                Landlock's scope where the kernel has it, else a seccomp
     #                                filter; seccomp: the filter even there (tests the fallback)

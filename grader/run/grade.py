@@ -29,6 +29,7 @@ from grader.common import events as ev
 from grader.common.discover import Exercise, Track
 from grader.common.machine import driver_loaded, landlock_available
 from grader.common.paths import DURATIONS, ROOT, aot_dir, warm_marker
+from grader.common.pristine import unchanged_starter
 from grader.common.processes import child_env, short_tempdir
 from grader.common.settings import Settings, from_environment
 from grader.run.follow import Follower
@@ -83,7 +84,9 @@ def grade(sub: Submission, progress=None) -> Grade:
     start = time.perf_counter()
     short_tempdir()
     tree, settings = Path(sub.tree).resolve(), sub.settings
-    pairs = sub.pairs()
+    every = sub.pairs()
+    unstarted = _unstarted(tree, every, settings)
+    pairs = [(ex, t) for ex, t in every if (ex.id, t.name) not in unstarted]
     # the shares of a long track run beside the other tracks, not in their place
     extra = sum(len(_shares(t, settings, len(pairs))) - 1 for _, t in pairs)
     jobs = _jobs(sub.jobs, len(pairs)) + extra
@@ -144,13 +147,40 @@ def grade(sub: Submission, progress=None) -> Grade:
                 if w.done() and not w.exception() and w.result() is not None:
                     w.result().cancel()
     rows = []
-    for ex, t in pairs:
+    for ex, t in every:
+        if (ex.id, t.name) in unstarted:
+            # no figure either way; without a GPU it says so, as a started track's does
+            r = track_result(ex.id, t.name, str(tree), unstarted[(ex.id, t.name)],
+                             performance={"status": "needs a GPU" if gpu is None and
+                                          ex.benchmark is not None else "not started"})
+            rows.append((ex, r, score(ex, r)))
+            continue
         phase = checked[(ex.id, t.name)]
         status = None if (ex.id, t.name) in timed or ex.benchmark is None or bench else \
             {"status": "needs a GPU" if gpu is None else "not measured"}
         r = track_result(ex.id, t.name, str(tree), phase, timed.get((ex.id, t.name)), status)
         rows.append((ex, r, score(ex, r)))
     return Grade(tree, rows, time.perf_counter() - start, gpu)
+
+
+STARTER_CHECK = "grader::starter"
+
+
+def _unstarted(tree: Path, pairs, settings: Settings) -> dict:
+    """The tracks that are the starter as shipped (grader.common.pristine), each with the phase
+    its judge would have left, without a build or a judge: every entry point of a starter raises
+    "not implemented yet". Not where one check is asked for (REPRO, the project's -k), nor where
+    the starters are to be built (Settings.build_starters: the project's own tests)."""
+    if settings.build_starters or settings.repro or settings.select:
+        return {}
+    said = ("not implemented yet: the starter as shipped (no file of the track changed since), "
+            "so it was not built or run")
+    return {(ex.id, t.name): Phase((
+        ev.Build(ok=True, stage="starter", message="unchanged: not built"),
+        ev.Collected(tests=[{"id": STARTER_CHECK, "name": "the starter, unchanged",
+                             "category": "correctness", "order": 0}]),
+        ev.Result(test=STARTER_CHECK, outcome="failed", message=said, not_implemented=True),
+        ev.Finished(), ev.Done())) for ex, t in pairs if unchanged_starter(tree, ex, t)}
 
 
 def grade_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = False,

@@ -62,6 +62,8 @@ def _build_cell(r: TrackResult) -> str:
         return "IMPORT FAILED" if b.get("stage") == "import" else "BUILD FAILED"
     if b.get("stage") == "import":
         return "imported"
+    if b.get("stage") == "starter":  # the starter as shipped (grader.run.grade._unstarted)
+        return "not built"
     return f"built {b['seconds']:.0f}s" if b.get("rebuilt") else f"cached {b['seconds']:.0f}s"
 
 
@@ -69,6 +71,8 @@ def _checks_cell(r: TrackResult, category: str) -> str:
     total = r.total(category)
     if not r.build.get("ok") or total == 0:
         return DASH
+    if r.build.get("stage") == "starter":
+        return "not started"
     passed = r.count(category, "passed")
     cell = f"{passed}/{total}"
     gpu = r.count(category, "needs a GPU")
@@ -178,7 +182,9 @@ def feedback(ex: Exercise, r: TrackResult, s: Score, *, full: bool = False) -> s
         return "\n".join(x for x in (review, f"{head}: {r.build.get('stage')} failed\n"
                                       f"{_indent(r.build.get('message', ''))}") if x)
     if r.not_implemented:
-        return f"{head}: not implemented yet. Start here: {track.start}"
+        unchanged = " (the starter as shipped: not built or run)" \
+            if r.build.get("stage") == "starter" else ""
+        return f"{head}: not implemented yet{unchanged}. Start here: {track.start}"
     out = [review] if review else []
     if r.ended:
         crashed = next((c.name for c in r.checks if c.outcome == "crashed"), None)
