@@ -166,3 +166,55 @@ def test_a_released_judge_is_not_signalled_again(monkeypatch, tmp_path):
         p.cancel()
         p.cancel()  # twice: harmless
     assert len(killed) == 1  # the running one, once
+
+
+def test_a_warming_judge_re_times_kept_figures_in_a_grade(monkeypatch, tmp_path):
+    """An exercise whose baselines compile, or which has peers (Liger's first call: 7-9 s), gets
+    a warming judge in a grade with a run cache, also where an earlier grade compiled them (the
+    warm marker): it re-times the kept figures at its gate, instead of each exercise's first
+    timing doing it at its turn. Without a run cache it only compiles, and only once; QUICK and
+    an exercise with neither get none."""
+    started, ran = [], []
+
+    class FakePrepared:
+        def __init__(self, judges, ex, track, phase):
+            started.append((ex.id, phase))
+
+        def ready(self):
+            return True
+
+    class FakeJudges:
+        def __init__(self, **settings):
+            self.settings = Settings(**settings)
+
+        def run(self, ex, track, phase, limit):
+            ran.append((ex.id, phase))
+
+    monkeypatch.setattr(grade_module, "Prepared", FakePrepared)
+    monkeypatch.setattr(grade_module, "warm_marker", lambda ex, gpu: tmp_path)  # it exists
+    ex05, ex01 = EX05, discover(only="01")[0]
+    assert ex05.benchmark.peers or any(ex05.benchmark.compiles(n)
+                                       for n in ex05.benchmark.baselines)
+    assert grade_module._warm(FakeJudges(run_cache=str(tmp_path)), ex05, "gpu") is not None
+    assert started == [("05_softmax", "warm")]
+    assert grade_module._warm(FakeJudges(), ex05, "gpu") is None and not ran  # compiled before
+    assert grade_module._warm(FakeJudges(run_cache=str(tmp_path), quick=True), ex05, "gpu") \
+        is None
+    plain = dataclasses.replace(ex01, benchmark=dataclasses.replace(
+        ex01.benchmark, baselines=("eager",), peers=(), compiled=()))  # nothing to warm
+    assert grade_module._warm(FakeJudges(run_cache=str(tmp_path)), plain, "gpu") is None
+    assert len(started) == 1 and not ran
+
+
+def test_a_timing_judge_prepares_a_first_backwards_imports():
+    """What a waiting timing judge asks of the submission's process (grader.judge.phases):
+    torch's module that autograd.grad's first call imports is there to import in this torch."""
+    from grader.judge.proxy import Session
+    ex = discover(only="01")[0]
+    s = Session(ROOT / "solutions", ex, ex.tracks["triton"])
+    try:
+        s.loaded = s.request("load", timeout_s=300)
+        assert s.loaded.get("built"), s.loaded
+        assert s.request("prepare").get("ok"), "the submission's process could not import it"
+    finally:
+        s.close()
