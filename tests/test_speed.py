@@ -135,7 +135,7 @@ def test_an_exercises_baselines_are_timed_by_its_warming_judge_before_its_tracks
     monkeypatch.setattr(grade_module, "timeable", lambda ex, phase: True)
     warmed = {"06_rmsnorm": "06's warming judge"}
     checked = {(ex.id, t.name): None for ex, t in pairs}
-    timed = grade_module._time_all(FakeJudges(), pairs, checked, True, grade_module._Ahead(),
+    timed = grade_module._time_all(FakeJudges(), pairs, checked, True, grade_module.Ahead(),
                                    lambda text: None, 0.0, warmed)
     assert log == [("time", "01_vector_add", "triton"),
                    ("baselines", "06_rmsnorm", "06's warming judge"),

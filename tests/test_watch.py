@@ -244,11 +244,11 @@ def test_a_grade_of_several_tracks_forks_from_zygotes_with_the_same_verdicts(mon
     monkeypatch.setattr(grade_module, "start_zygotes", spy)
     # the starters run in full (an unchanged one is otherwise answered without a process)
     run = from_environment().replace(build_starters=True)
-    forked = grade(Submission(ROOT / "starter", exercises, run, bench=False))
+    forked = grade(Submission(ROOT / "starter", exercises, settings=run, bench=False))
     assert len(started) == 1
     assert not any(z.alive() for z in started[0])
     monkeypatch.setattr(grade_module, "FORK_AT", 99)
-    afresh = grade(Submission(ROOT / "starter", exercises, run, bench=False))
+    afresh = grade(Submission(ROOT / "starter", exercises, settings=run, bench=False))
     assert len(started) == 1
     assert verdicts(forked) == verdicts(afresh)
     assert all(r.not_implemented for _, r, _ in forked.rows), verdicts(forked)

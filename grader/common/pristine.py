@@ -18,6 +18,7 @@ import argparse
 import hashlib
 from pathlib import Path
 
+from grader.common.discover import discover
 from grader.common.paths import ROOT
 
 MANIFEST = Path(__file__).with_name("starter.sha256")
@@ -61,7 +62,6 @@ def unchanged_starter(tree: Path, exercise, track) -> bool:
 
 
 def main() -> None:
-    from grader.common.discover import discover
     p = argparse.ArgumentParser(description="starter.sha256: the starter's files as shipped")
     p.add_argument("--write", action="store_true", help="write it from starter/ (else: check)")
     a = p.parse_args()

@@ -37,17 +37,12 @@ from grader.run.gradescope import gradescope, junit, write_json
 from grader.run.report import feedback, machine, scorecard, time_report
 from grader.run.results import Phase, TrackResult, track_result
 from grader.run.score import Score, score
-from grader.run.tracks import Judges, Prepared, timeable
+from grader.run.tracks import AHEAD, Ahead, Judges, Prepared, timeable
 from grader.run.zygotes import ZygoteError, start_zygotes
 
 WARM_JOBS = 3  # exercises whose baselines compile at once beside the checks (CPU-heavy)
 FORK_AT = 2  # tracks in one grade from which, on a machine without a GPU, its processes are
 #             forked from zygotes (below)
-AHEAD = 4  # timing judges started ahead of their turn: getting one ready (its processes, torch,
-#           CUDA, the baselines' callables) took ~15 s on the GPU host, longer than many timings
-#           (1-20 s): with one ahead the GPU waited for it; with two, behind two timings of 1-2 s
-#           (09's, 12's) the next one waited 4-7 s (the again run, 2026-11-29)
-
 
 @dataclass(frozen=True)
 class Submission:
@@ -96,7 +91,7 @@ def grade(sub: Submission, progress=None) -> Grade:
     if settings.build == "jit" and any(s.endswith(".cpp") for _, t in pairs for s in t.sources):
         _start_pch()
     say = progress.print if progress is not None else (lambda text: None)
-    ahead = _Ahead()
+    ahead = Ahead()
     with Follower() as follower, _forking(sub.forker, pairs, settings, say) as forker, \
             ThreadPoolExecutor(jobs) as pool, ThreadPoolExecutor(WARM_JOBS) as warming, \
             tempfile.TemporaryDirectory(prefix="grader-run-") as run_cache:
@@ -365,65 +360,7 @@ def _warm(judges: Judges, ex, gpu: str) -> Prepared | None:
     return None
 
 
-class _Ahead:
-    """Timing judges started ahead of their turn, each waiting at its gate: the first 1 + AHEAD
-    timed tracks' once their checks have loaded the build (told by the checks' `Build` event:
-    their process start, torch import, track load and the baselines' callables, ~10 s each on a
-    GPU host, then overlap the checks instead of following them), and while one track times,
-    the next AHEAD. One that turns out not to be timed is cancelled."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.judges: Judges | None = None
-        self.first: dict[str, tuple] = {}      # label -> (exercise, track): prepared on load
-        self.loaded: set[str] = set()          # labels whose checks reported their build
-        self.prepared: dict[str, Prepared] = {}
-
-    def on_event(self, label: str, phase: str, event) -> None:
-        if phase == "checks" and isinstance(event, ev.Build) and event.ok:
-            with self.lock:
-                self.loaded.add(label)
-                if label in self.first:
-                    self._prepare(label, *self.first[label])
-
-    def start(self, judges: Judges, candidates) -> None:
-        with self.lock:
-            self.judges = judges
-            self.first = {_label(ex, t): (ex, t) for ex, t in candidates[:1 + AHEAD]}
-            for label in self.loaded & set(self.first):
-                self._prepare(label, *self.first[label])
-
-    def ensure(self, pairs) -> None:
-        with self.lock:
-            for ex, t in pairs:
-                self._prepare(_label(ex, t), ex, t)
-
-    def drop(self, keep) -> None:
-        with self.lock:
-            for label in set(self.prepared) - {_label(ex, t) for ex, t in keep}:
-                self.prepared.pop(label).cancel()
-
-    def take(self, ex, t) -> Prepared | None:
-        with self.lock:
-            return self.prepared.pop(_label(ex, t), None)
-
-    def cancel(self) -> None:
-        with self.lock:
-            self.judges = None  # nothing is started after this
-            for p in self.prepared.values():
-                p.cancel()
-            self.prepared.clear()
-
-    def _prepare(self, label, ex, t) -> None:
-        if self.judges is not None and label not in self.prepared:
-            self.prepared[label] = Prepared(self.judges, ex, t)
-
-
-def _label(ex, t) -> str:
-    return f"{ex.id} [{t.name}]"
-
-
-def _time_all(judges: Judges, pairs, checked, bench, ahead: _Ahead, say, start,
+def _time_all(judges: Judges, pairs, checked, bench, ahead: Ahead, say, start,
               warmed: dict) -> dict:
     """Each timing alone on the GPU, in exercise order, the next AHEAD tracks' judges started
     while one times (each waits at its gate), an exercise's baselines timed first by its

@@ -9,10 +9,12 @@ allocations or torch.compile caches, touches the timings). A segfault, an illega
 process); what it had said is in its event log (grader.run.results), and the grade goes on.
 Where this machine has no Landlock, every file of the repository (and the measured ceilings) is
 snapshotted around each judge, and anything changed is restored and reported as tampering.
+`Ahead` keeps a grade's next timing judges started, each waiting at its gate.
 """
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +27,11 @@ from grader.run.follow import Follower
 from grader.run.launch import JudgeProcess, kill_judge, start_judge, wait_judge
 from grader.run.results import Phase
 from grader.run.snapshot import Snapshot
+
+AHEAD = 4  # timing judges started ahead of their turn: getting one ready (its processes, torch,
+#           CUDA, the baselines' callables) took ~15 s on the GPU host, longer than many timings
+#           (1-20 s): with one ahead the GPU waited for it; with two, behind two timings of 1-2 s
+#           (09's, 12's) the next one waited 4-7 s (the again run, 2026-11-29)
 
 
 def timeable(exercise: Exercise, checks: Phase) -> bool:
@@ -146,3 +153,61 @@ class _Guard:
             return phase
         return Phase(phase.events, phase.returncode, phase.timed_out, phase.log,
                      tuple(self.changed))
+
+
+class Ahead:
+    """Timing judges started ahead of their turn, each waiting at its gate: the first 1 + AHEAD
+    timed tracks' once their checks have loaded the build (told by the checks' `Build` event:
+    their process start, torch import, track load and the baselines' callables, ~10 s each on a
+    GPU host, then overlap the checks instead of following them), and while one track times,
+    the next AHEAD. One that turns out not to be timed is cancelled."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.judges: Judges | None = None
+        self.first: dict[str, tuple] = {}      # label -> (exercise, track): prepared on load
+        self.loaded: set[str] = set()          # labels whose checks reported their build
+        self.prepared: dict[str, Prepared] = {}
+
+    def on_event(self, label: str, phase: str, event) -> None:
+        if phase == "checks" and isinstance(event, ev.Build) and event.ok:
+            with self.lock:
+                self.loaded.add(label)
+                if label in self.first:
+                    self._prepare(label, *self.first[label])
+
+    def start(self, judges: Judges, candidates) -> None:
+        with self.lock:
+            self.judges = judges
+            self.first = {_label(ex, t): (ex, t) for ex, t in candidates[:1 + AHEAD]}
+            for label in self.loaded & set(self.first):
+                self._prepare(label, *self.first[label])
+
+    def ensure(self, pairs) -> None:
+        with self.lock:
+            for ex, t in pairs:
+                self._prepare(_label(ex, t), ex, t)
+
+    def drop(self, keep) -> None:
+        with self.lock:
+            for label in set(self.prepared) - {_label(ex, t) for ex, t in keep}:
+                self.prepared.pop(label).cancel()
+
+    def take(self, ex, t) -> Prepared | None:
+        with self.lock:
+            return self.prepared.pop(_label(ex, t), None)
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.judges = None  # nothing is started after this
+            for p in self.prepared.values():
+                p.cancel()
+            self.prepared.clear()
+
+    def _prepare(self, label, ex, t) -> None:
+        if self.judges is not None and label not in self.prepared:
+            self.prepared[label] = Prepared(self.judges, ex, t)
+
+
+def _label(ex, t) -> str:
+    return f"{ex.id} [{t.name}]"
