@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+from functools import cache
 from pathlib import Path
 
 from grader.common.discover import discover
@@ -41,6 +42,7 @@ def manifest_text(exercises) -> str:
                    if (STARTER / rel).is_file())
 
 
+@cache  # read once per process: a grade asks for every track
 def _recorded() -> dict[str, str]:
     try:
         lines = MANIFEST.read_text().splitlines()

@@ -339,10 +339,10 @@ def _warm(judges: Judges, ex, gpu: str) -> Prepared | None:
     exercise's first timing, it times every baseline into the run's cache with what it compiled
     (time_warmed_baselines). Returns it, waiting (None: it ended; a failure only means the
     timing phase compiles and times the baselines itself). Also where they were compiled before
-    on this GPU (the warm marker): it then re-times their kept figures at its gate, with what it
-    compiled again from Inductor's cache beside the checks; a timing judge doing that at its
-    turn spent 7-9 s on a peer's first call (Liger-Kernel's) in each of 05-08 (the again run,
-    docs/performance.md, "Grading time"). QUICK (the baselines' times come from a cache):
+    on this GPU (the warm marker): it then runs the peers beside the checks and re-times the
+    kept figures at its gate (compiling nothing where every mode's figures are kept); a timing
+    judge doing that at its turn spent 7-9 s on a peer's first call (Liger-Kernel's) in each of
+    05-08 (the again run, docs/performance.md, "Grading time"). QUICK (the baselines' times come from a cache):
     nothing to do."""
     b = ex.benchmark
     if not (b.peers or any(b.compiles(n) for n in b.baselines)) or judges.settings.quick:
