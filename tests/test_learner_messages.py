@@ -12,8 +12,8 @@ import torch
 from conftest import ROOT
 from grader.cli import main
 from grader.common.discover import discover
+from grader.common.events import AWAITS_FORWARD
 from grader.judge.check import Mismatch
-from grader.judge.plugin import AWAITS_FORWARD
 from grader.judge.testing import AWAITS_BACKWARD, WRITES_NOTHING, value_and_grads
 from grader.run.grade import grade_track
 from grader.run.report import feedback, scorecard

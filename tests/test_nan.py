@@ -94,7 +94,7 @@ INTERPRETER = [
     *_targets("06_rmsnorm", "triton", "rmsnorm", NORM, [FWD, BWD, BWD]),
     # (y, h, dx, dresidual, dw): the forward's check compares y and h, the backward's all five
     # (a target of the backward is graded without the forward's checks: while a forward check
-    # fails, the backward's wait for it, grader.judge.plugin.AWAITS_FORWARD)
+    # fails, the backward's wait for it, grader.common.events.AWAITS_FORWARD)
     *_targets("08_add_rmsnorm", "triton", "add_rmsnorm",
               [(OUT, 0, "y"), (OUT, 1, "h"), (GRAD, 0, "dx"), (GRAD, 1, "dresidual"),
                (GRAD, 2, "dw")], [FWD, FWD, BWD, BWD, BWD]),

@@ -7,7 +7,10 @@ import torch
 from hypothesis import assume, given, strategies as st
 
 from grader.common import events as ev
+from conftest import make_variant
 from grader.common.discover import discover
+from grader.common.events import AWAITS_FORWARD
+from grader.common.known_bad import load
 from grader.common.paths import ROOT
 from grader.common.settings import Settings
 from grader.judge import strategies
@@ -25,9 +28,12 @@ def verdicts(g):
             for _, r, s in g.rows]
 
 
-def test_shares_of_a_track_give_the_verdicts_of_one_judge(monkeypatch):
+def test_shares_of_a_track_give_the_verdicts_of_one_judge(monkeypatch, tmp_path):
     """05's checks in two judges at once (as 13's run in four on a GPU: `shards`), a wrong
-    kernel's failures included, against one judge: the same checks, outcomes and points."""
+    kernel's failures included, against one judge: the same checks, outcomes and points. A
+    wrong forward (exp in float16: test_float32_accuracy, a check one share runs) leaves every
+    backward check "not checked until the forward passes" in both, though the other share's
+    forward passed and it ran its backward checks."""
     shared = dataclasses.replace(EX05, tracks={"triton": dataclasses.replace(
         EX05.tracks["triton"], shards=2)})
     monkeypatch.setattr(grade_module, "driver_loaded", lambda: True)  # shares: GPU machines
@@ -36,11 +42,21 @@ def test_shares_of_a_track_give_the_verdicts_of_one_judge(monkeypatch):
     monkeypatch.setattr(grade_module, "_shares", lambda *a: judges.append(shares(*a)) or
                         judges[-1])
     settings = Settings(examples="fixed", select="matches_reference or awkward or view")
-    for tree in (ROOT / "solutions", ROOT / "starter"):
-        one = grade(Submission(tree, (EX05,), settings=settings, bench=False))
-        two = grade(Submission(tree, (shared,), settings=settings, bench=False))
+    # for the wrong forward: one forward check that fails (a share's), others that pass
+    staged = Settings(examples="fixed", select="backward_matches_reference or (awkward and "
+                      "float16) or (float32_accuracy and 700)")
+    wrong = load(ROOT / "exercises/05_softmax/wrong/exp_in_float16.toml", EX05.tracks)
+    bad = make_variant(tmp_path, wrong.exercise, wrong.track, wrong.edits, wrong.files)
+    for tree, chosen in ((ROOT / "solutions", settings), (ROOT / "starter", settings),
+                         (bad, staged)):
+        one = grade(Submission(tree, (EX05,), settings=chosen, bench=False))
+        two = grade(Submission(tree, (shared,), settings=chosen, bench=False))
         assert verdicts(two) == verdicts(one)
     assert [s.shard for s in judges[-1]] == [(0, 2), (1, 2)]  # two judges did check it
+    checks = two.rows[0][1].checks
+    assert any(c.outcome == "failed" for c in checks if "float32_accuracy" in c.name)
+    staged = [c for c in checks if "backward" in c.name]
+    assert staged and all(c.message == AWAITS_FORWARD for c in staged), staged
 
 
 def test_a_cpu_grade_of_one_track_uses_the_idle_cores(monkeypatch):

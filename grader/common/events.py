@@ -70,7 +70,17 @@ class Review(Event):
 @_kind("collected")
 @dataclass
 class Collected(Event):
-    tests: list = field(default_factory=list)  # [{"id", "name", "category"}], in order
+    # [{"id", "name", "category", "order", "backward"}]: "backward", a check of the backward
+    # stage, which waits for the forward's (AWAITS_FORWARD)
+    tests: list = field(default_factory=list)
+
+
+# Staged verdicts: an exercise's checks that need the backward (marked `backward`, and every
+# gradcheck) run after its forward checks, and only while those all pass: a wrong forward makes
+# every gradient wrong, and the backward's failures would each name a cause that is not theirs.
+# A judge skips them with this reason (grader.judge.plugin); the merge of a track's shares says
+# it of a share's backward checks where another share's forward failed (grader.run.results).
+AWAITS_FORWARD = "not checked until the forward passes"
 
 
 @_kind("start")

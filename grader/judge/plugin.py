@@ -42,10 +42,6 @@ HAS_GPU = torch.cuda.is_available()
 NEEDS_GPU = "needs a GPU"
 OWN_WORK = "grader::own_work"  # the check that the submission's own kernels did the work
 CAPTURABLE = "grader::capturable"  # the check that one step can be captured in a CUDA graph
-# Staged verdicts: an exercise's checks that need the backward (marked `backward`, and every
-# gradcheck) run after its forward checks, and only while those all pass: a wrong forward makes
-# every gradient wrong, and the backward's failures would each name a cause that is not theirs
-AWAITS_FORWARD = "not checked until the forward passes"
 # QUICK=1, the edit loop: the forward's checks, every property check at one example (the
 # backward's values included), and none of the backward's other checks (gradcheck, the long
 # sums, the memory kept): most of a CPU grade's seconds, left to the full grade, and said
@@ -139,30 +135,21 @@ def _property(item) -> bool:
 
 
 def _backward(item) -> bool:
-    """A check of the backward stage (see AWAITS_FORWARD)."""
+    """A check of the backward stage (see events.AWAITS_FORWARD)."""
     return bool(item.get_closest_marker("backward") or item.get_closest_marker("gradcheck"))
 
 
 def _share(items, index: int, count: int) -> list:
     """This judge's share of a track's checks, the i-th of n (grader.run.grade runs a long
-    track's checks in n judges at once): every property check of the backward stage, with its
-    examples split (the profile's max_examples / n each, drawn afresh in each process), and every
-    n-th of the backward's other checks, in order. Every check of the forward stage runs in every
-    share, its examples all drawn and the same in each (_whole_forward): each share then knows
-    the forward's verdict, on which its backward checks wait."""
-    others = [i for i in items if _backward(i) and not _property(i)]
-    return [i for i in items
-            if not _backward(i) or _property(i) or others.index(i) % count == index]
-
-
-def _whole_forward(items, count: int) -> None:
-    """The forward stage's property checks in a share: the examples of the whole track, the same
-    in every share (derandomized: drawn from the check itself, not from the process)."""
-    for item in items:
-        if _property(item) and not _backward(item):
-            item.obj = hypothesis_settings(
-                max_examples=hypothesis_settings.default.max_examples * count,
-                derandomize=True)(item.obj)
+    track's checks in n judges at once): every property check, its examples split (by class
+    where the check says its classes, strategies.in_this_share; else the profile's
+    max_examples / n each, drawn afresh in each process), and every n-th of the other checks,
+    in order, the forward stage's and the backward's alike. So each judge compiles about its
+    share of the Triton specializations, not each of them most of all. A share does not wait for
+    the others' forward verdict: the merge of the shares (grader.run.results.Phase.merged) says
+    of its backward checks what one judge would have, where another share's forward failed."""
+    others = [i for i in items if not _property(i)]
+    return [i for i in items if _property(i) or others.index(i) % count == index]
 
 
 def _capture_probe_applies(items) -> bool:
@@ -289,14 +276,13 @@ class Grader:
             mine = _share(keep, *current().shard)
             drop += [i for i in keep if i not in mine]
             keep = mine
-            _whole_forward(keep, current().shard[1])
         if drop:
             config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
     def pytest_collection_finish(self, session):
         tests = [{"id": i.nodeid, "name": short(i.nodeid), "category": _category(i),
-                  "order": i.grader_order}
+                  "order": i.grader_order, "backward": _backward(i)}
                  for i in sorted(session.items, key=lambda i: i.grader_order)]
         if tests and not current().repro:  # REPRO runs one check: it reports that one only
             tests.append({"id": OWN_WORK, "name": "your kernels do the work",
@@ -323,7 +309,7 @@ class Grader:
         # the backward stage waits: for the forward, or (grader.judge.testing.value_and_grads)
         # for a backward that writes nothing
         self.awaits = self.awaits or getattr(call.excinfo.value, "grader_blocks_backward", None) \
-            or (AWAITS_FORWARD if not _backward(item) else None)
+            or (ev.AWAITS_FORWARD if not _backward(item) else None)
         if info.get("not_implemented") and self.session is not None:
             self.session.stub_seen = True
         if info.get("not_implemented") and not self.passed and not current().select \

@@ -30,6 +30,7 @@ class JudgeProcess:
     label: str            # "02_scale [cuda]"
     phase: str
     events: Path
+    kept: str = ""        # its name among kept logs (Settings.keep_logs): one per share
 
 
 def start_judge(tree: Path, exercise, track, phase: str, events: Path, settings: Settings,
@@ -61,7 +62,9 @@ def start_judge(tree: Path, exercise, track, phase: str, events: Path, settings:
     else:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    return JudgeProcess(proc, log, out, f"{exercise.id} [{track.name}]", phase, events)
+    share = f"-share{settings.shard[0]}" if phase == "checks" and settings.shard else ""
+    return JudgeProcess(proc, log, out, f"{exercise.id} [{track.name}]", phase, events,
+                        f"{exercise.id}-{track.name}-{phase}{share}")
 
 
 def wait_judge(j: JudgeProcess, timeout_s: float, keep_logs: str | None = None) -> tuple:
@@ -77,7 +80,7 @@ def wait_judge(j: JudgeProcess, timeout_s: float, keep_logs: str | None = None) 
     if keep_logs:
         keep = Path(keep_logs)
         keep.mkdir(parents=True, exist_ok=True)
-        name = j.label.replace(" [", "-").rstrip("]") + f"-{j.phase}"
+        name = j.kept or j.label.replace(" [", "-").rstrip("]") + f"-{j.phase}"
         shutil.copy(j.log, keep / f"{name}.log")
         if j.events.exists():
             shutil.copy(j.events, keep / f"{name}.jsonl")

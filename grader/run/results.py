@@ -84,10 +84,20 @@ class Phase:
     @classmethod
     def merged(cls, shares: list["Phase"]) -> "Phase":
         """One phase of the shares of a track's checks run in judges of their own: their events
-        together; ended if any ended (the first one's reason)."""
+        together; ended if any ended (the first one's reason). Where one share's forward stage
+        failed, the backward checks another share ran say what one judge would have said of
+        them (events.AWAITS_FORWARD): a share does not wait for the others' forward."""
         if len(shares) == 1:
             return shares[0]
         events = [e for p in shares for e in p.events if not isinstance(e, (ev.Done, ev.Ended))]
+        stage = {t["id"]: t.get("backward") for e in events if isinstance(e, ev.Collected)
+                 for t in e.tests}
+        if any(isinstance(e, ev.Result) and e.outcome == "failed" and stage.get(e.test) is False
+               for e in events):
+            # (a check skipped for its own reason, a GPU or QUICK, keeps it: one judge's too)
+            events = [ev.Result(test=e.test, outcome="skipped", reason=ev.AWAITS_FORWARD, t=e.t)
+                      if isinstance(e, ev.Result) and stage.get(e.test) and
+                      e.outcome != "skipped" else e for e in events]
         ended = next((p for p in shares if p.ended), None)
         if ended is not None:
             log = next((e.log for e in ended.events if isinstance(e, ev.Ended) and e.log),
