@@ -260,3 +260,15 @@ def test_shares_draw_disjoint_classes_that_cover_the_track(monkeypatch):
         drawn.add(key)
     draw()
     assert drawn == mine
+
+
+def test_a_tracks_duration_is_its_judges_own_seconds():
+    """The checks start longest first, by each track's seconds last time: its judges' own, from
+    the first one's start to the last event, not from the run's start (a track that waited for
+    a slot would be put first next time, and the one that ran at once last)."""
+    a = Phase((ev.JudgeStarted(began=100.0, t=101.0), ev.Collected(t=105.0),
+               ev.Finished(t=129.0), ev.Done(t=130.0)))
+    b = Phase((ev.JudgeStarted(began=102.0, t=103.0), ev.Finished(t=140.0), ev.Done(t=140.5)))
+    assert a.seconds == 30.0
+    assert Phase.merged([a, b]).seconds == 40.0  # shares: the first start to the last end
+    assert Phase((ev.Done(t=5.0),)).seconds is None  # no judge started: the run's clock instead

@@ -124,7 +124,7 @@ def grade(sub: Submission, progress=None) -> Grade:
             if len(shares) < shares_of[(ex.id, t.name)]:
                 continue  # the track's other shares still run
             phase = checked[(ex.id, t.name)] = Phase.merged(shares)
-            _durations({f"{ex.id}/{t.name}": time.perf_counter() - start})
+            _durations({f"{ex.id}/{t.name}": phase.seconds or time.perf_counter() - start})
             r = track_result(ex.id, t.name, str(tree), phase)
             say(f"checked {ex.id} [{t.name}]: {r.count('correctness', 'passed')}/"
                 f"{r.total('correctness')} correctness checks passed "
@@ -260,8 +260,9 @@ def _jobs(asked: int, n: int) -> int:
 
 
 def _durations(record: dict | None = None) -> dict:
-    """How long each track's checks took here last time (seconds from the run's start to its
-    result), kept in the grader's cache; `record` adds to it."""
+    """How long each track's checks took here last time (its judges' own seconds, Phase.seconds:
+    not the time it waited for a slot, which would put the tracks started last first next time),
+    kept in the grader's cache; `record` adds to it."""
     try:
         known = json.loads(DURATIONS.read_text())
     except (OSError, ValueError):

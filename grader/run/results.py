@@ -118,6 +118,14 @@ class Phase:
                 or "the judge stopped before finishing")
 
     @property
+    def seconds(self) -> float | None:
+        """Its judges' own seconds: from the first one's start to the last event (not the time
+        it waited for a free slot before it started)."""
+        began = [e.began for e in self.events if isinstance(e, ev.JudgeStarted) and e.began]
+        ends = [e.t for e in self.events if e.t]
+        return max(ends) - min(began) if began and ends else None
+
+    @property
     def built(self) -> bool:
         return any(isinstance(e, ev.Build) and e.ok for e in self.events)
 
