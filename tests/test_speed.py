@@ -272,3 +272,28 @@ def test_a_tracks_duration_is_its_judges_own_seconds():
     assert a.seconds == 30.0
     assert Phase.merged([a, b]).seconds == 40.0  # shares: the first start to the last end
     assert Phase((ev.Done(t=5.0),)).seconds is None  # no judge started: the run's clock instead
+
+
+def test_the_shares_of_one_track_fork_from_zygotes_on_the_cpu(monkeypatch):
+    """Without a GPU, a grade of two judges or more (tracks, or one track's shares: `make
+    exercise-08`'s two) forks its processes from zygotes that imported torch once, instead of
+    each importing it on 2 cores; one judge starts afresh, and so does every process on a GPU."""
+    started = []
+
+    class Zygote:
+        def forker(self):
+            return "forker"
+
+        def stop(self):
+            pass
+    monkeypatch.setattr(grade_module, "start_zygotes",
+                        lambda *a: started.append(a) or [Zygote(), Zygote()])
+    monkeypatch.setattr(grade_module, "driver_loaded", lambda: False)
+
+    def forker(judges):
+        with grade_module._forking(None, judges, Settings(), print) as f:
+            return f
+    assert forker(1) is None and not started
+    assert forker(2) == "forker" and len(started) == 1
+    monkeypatch.setattr(grade_module, "driver_loaded", lambda: True)
+    assert forker(4) is None and len(started) == 1

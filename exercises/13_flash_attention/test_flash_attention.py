@@ -225,21 +225,22 @@ def _shape(data, device):
 
 # --- values and gradients ----------------------------------------------------------------------
 
-# The property checks' classes of examples: the kernels compile once for each. A track checked
-# in shares (exercise.toml: shards) draws each class's examples in one share only.
-CLASSES = [(getattr(torch, d), D, c) for d in DTYPES for D in (64, 128) for c in (False, True)]
-
-
 @given(data=st.data(), dtype=dtypes(DTYPES), seed=seeds, causal=st.booleans())
 def test_forward_matches_reference(impl, ref, exercise, device, data, dtype, seed, causal):
     """o alone, no gradients: the forward stage (the checks marked `backward` wait for it)."""
     shape = _shape(data, device)
-    assume(in_this_share((dtype, shape[3], causal), CLASSES))
     q, k, v, _ = _inputs(shape, seed, dtype, device)
     o = call_checked(impl.flash_attention, q, k, v, causal, None, names=("q", "k", "v"))
     with probes.explained(*_forward_probes(impl, exercise, device, q, k, v, o, causal)):
         _o_close(exercise, o, ref.reference(q.double(), k.double(), v.double(), causal, None),
                  shape=shape, causal=causal, seed=seed)
+
+
+# The backward's classes of examples: its three kernels compile once for each. A track checked
+# in shares (exercise.toml: shards) draws each class's examples in one share only. (The forward's
+# examples are split at random: its 6 fixed examples in the project's tests are drawn from the
+# check's source, and its known-bads are caught by those.)
+CLASSES = [(getattr(torch, d), D, c) for d in DTYPES for D in (64, 128) for c in (False, True)]
 
 
 @pytest.mark.backward

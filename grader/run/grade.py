@@ -41,7 +41,7 @@ from grader.run.tracks import AHEAD, Ahead, Judges, Prepared, timeable
 from grader.run.zygotes import ZygoteError, start_zygotes
 
 WARM_JOBS = 3  # exercises whose baselines compile at once beside the checks (CPU-heavy)
-FORK_AT = 2  # tracks in one grade from which, on a machine without a GPU, its processes are
+FORK_AT = 2  # judges in one grade from which, on a machine without a GPU, its processes are
 #             forked from zygotes (below)
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def grade(sub: Submission, progress=None) -> Grade:
         _start_pch()
     say = progress.print if progress is not None else (lambda text: None)
     ahead = Ahead()
-    with Follower() as follower, _forking(sub.forker, pairs, settings, say) as forker, \
+    with Follower() as follower, _forking(sub.forker, len(pairs) + extra, settings, say) as forker, \
             ThreadPoolExecutor(jobs) as pool, ThreadPoolExecutor(WARM_JOBS) as warming, \
             tempfile.TemporaryDirectory(prefix="grader-run-") as run_cache:
         for subscriber in ([progress.on_event] if progress is not None else []) + [ahead.on_event]:
@@ -199,15 +199,15 @@ def _gpu_name() -> str | None:
 
 
 @contextmanager
-def _forking(forker, pairs, settings: Settings, say):
+def _forking(forker, judges: int, settings: Settings, say):
     """The forker the grade's processes start through: the caller's (the watch loop's zygotes),
-    or, where this machine has no GPU and the grade has several tracks, two zygotes of the
-    grade's own that have imported torch, triton and pytest once (grader.run.zygote), instead of
-    starting each process afresh: on 2 cores those imports were most of the CPU time of
-    `make grade` of starter/ (30 processes, ~2 CPU s each). Not for one track (nothing to share),
-    and not on a GPU machine, where a grade's processes start as before. A zygote that refuses to
-    serve only means the processes start afresh."""
-    if forker is not None or len(pairs) < FORK_AT or driver_loaded():
+    or, where this machine has no GPU and the grade has several `judges` (tracks, or the shares
+    of one), two zygotes of the grade's own that have imported torch, triton and pytest once
+    (grader.run.zygote), instead of starting each process afresh: on 2 cores those imports were
+    most of the CPU time of `make grade` of starter/ (30 processes, ~2 CPU s each). Not for one
+    judge (nothing to share), and not on a GPU machine, where a grade's processes start as
+    before. A zygote that refuses to serve only means the processes start afresh."""
+    if forker is not None or judges < FORK_AT or driver_loaded():
         yield forker
         return
     with tempfile.TemporaryDirectory(prefix="grader-zygotes-") as folder:
