@@ -85,6 +85,7 @@ def grade(sub: Submission, progress=None) -> Grade:
     pairs = [(ex, t) for ex, t in every if (ex.id, t.name) not in unstarted]
     # the shares of a long track run beside the other tracks, not in their place
     extra = sum(len(_shares(t, settings, len(pairs))) - 1 for _, t in pairs)
+    judges = len(pairs) + extra  # judges of the checks: a track's, or each of its shares
     jobs = _jobs(sub.jobs, len(pairs)) + extra
     # each checking process's share of the cores for torch's CPU ops (grader.run.launch)
     settings = settings.replace(check_threads=max(1, (os.cpu_count() or 2) // jobs))
@@ -92,7 +93,7 @@ def grade(sub: Submission, progress=None) -> Grade:
         _start_pch()
     say = progress.print if progress is not None else (lambda text: None)
     ahead = Ahead()
-    with Follower() as follower, _forking(sub.forker, len(pairs) + extra, settings, say) as forker, \
+    with Follower() as follower, _forking(sub.forker, judges, settings, say) as forker, \
             ThreadPoolExecutor(jobs) as pool, ThreadPoolExecutor(WARM_JOBS) as warming, \
             tempfile.TemporaryDirectory(prefix="grader-run-") as run_cache:
         for subscriber in ([progress.on_event] if progress is not None else []) + [ahead.on_event]:

@@ -30,7 +30,7 @@ class JudgeProcess:
     label: str            # "02_scale [cuda]"
     phase: str
     events: Path
-    kept: str = ""        # its name among kept logs (Settings.keep_logs): one per share
+    kept: str             # its name among kept logs (Settings.keep_logs): one per share
 
 
 def start_judge(tree: Path, exercise, track, phase: str, events: Path, settings: Settings,
@@ -80,10 +80,9 @@ def wait_judge(j: JudgeProcess, timeout_s: float, keep_logs: str | None = None) 
     if keep_logs:
         keep = Path(keep_logs)
         keep.mkdir(parents=True, exist_ok=True)
-        name = j.kept or j.label.replace(" [", "-").rstrip("]") + f"-{j.phase}"
-        shutil.copy(j.log, keep / f"{name}.log")
+        shutil.copy(j.log, keep / f"{j.kept}.log")
         if j.events.exists():
-            shutil.copy(j.events, keep / f"{name}.jsonl")
+            shutil.copy(j.events, keep / f"{j.kept}.jsonl")
     return j.proc.returncode, timed_out, j.log.read_text(errors="replace")
 
 
