@@ -190,10 +190,11 @@ def test_torch_compile_fullgraph_on_gpu(fa, ref, S, D, causal):
 
 # --- the value checks' bound: a correct 16-bit kernel's roundings pass it ------------------------
 
-def _bf16_kernel_emulated(q, k, v, do, causal):
+def _bf16_kernel_emulated(q, k, v, do, causal, p_rounded_in_o=True):
     """(o, dq, dk, dv) as a correct bf16 FlashAttention computes them, emulated in float64:
     exact sums (fp32 accumulators, their error far below these), P and dS rounded to bf16 before
-    their matmuls, each output rounded to bf16 once."""
+    their matmuls, each output rounded to bf16 once. `p_rounded_in_o`: False leaves P's rounding
+    out of o (a kernel that rounds the unnormalized exp(s - m) rounds other values than P)."""
     r = lambda x: x.to(torch.bfloat16).double()  # a rounding; the sums stay in float64
     qd, kd, vd, dod = (t.double() for t in (q, k, v, do))
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -202,7 +203,7 @@ def _bf16_kernel_emulated(q, k, v, do, causal):
         S = q.shape[-2]
         s = s.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), float("-inf"))
     p = torch.softmax(s, dim=-1)
-    o = r(r(p) @ vd)  # delta = rowsum(dO o) reads the stored o
+    o = r((r(p) if p_rounded_in_o else p) @ vd)  # delta = rowsum(dO o) reads the stored o
     ds = r(p * (dod @ vd.transpose(-2, -1) - (o * dod).sum(-1, keepdim=True)))
     outs = (o, scale * ds @ kd, scale * ds.transpose(-2, -1) @ qd, r(p).transpose(-2, -1) @ dod)
     return tuple(t.to(torch.bfloat16) for t in outs)
@@ -229,3 +230,24 @@ def test_value_bound_holds_a_correct_kernels_rounding(ref, seed):
     plain = tuple(want)  # without the terms: the slice's RMS alone
     with pytest.raises(Mismatch, match="dk|dq|dv"):
         checks._close(exercise, got, plain, torch.bfloat16)
+
+
+def test_value_bound_holds_the_rounding_of_delta(ref):
+    """An H200 grade (2026-11-29) failed the solution on dq at B 2, H 3, S 333, D 128, causal,
+    bf16, seed 106884359: query 1 sees two keys, and delta = rowsum(dO o) reads the stored bf16
+    o, whose rounding moves dq_1 by scale (P k)_1 times delta's error: 0.0149 off, against a
+    bound of 0.0087 from the slice's RMS. The bound must pass that rounding, emulated here on
+    the check's own inputs for that example, where the RMS alone does not."""
+    from grader.common.discover import load_exercise
+    from grader.judge.check import Mismatch
+    checks = _load(ROOT / "exercises" / "13_flash_attention" / "test_flash_attention.py",
+                   "ex13_checks")
+    exercise = load_exercise(REFERENCE.parent)
+    q, k, v, do = checks._inputs((2, 3, 333, 128), 106884359, torch.bfloat16, "cpu")
+    # o rounded once (P's own rounding left out): this reproduces the H200's dq there, 0.09375
+    got = _bf16_kernel_emulated(q, k, v, do, True, p_rounded_in_o=False)
+    assert abs(float(got[1][1, 1, 1, 111]) - 0.09375) < 1e-3
+    want = checks._expected(ref, q, k, v, do, True)
+    checks._close(exercise, got, want, torch.bfloat16)
+    with pytest.raises(Mismatch, match="dq"):
+        checks._close(exercise, got, tuple(want), torch.bfloat16)

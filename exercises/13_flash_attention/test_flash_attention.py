@@ -88,7 +88,15 @@ def _terms(q, k, v, do, causal, scale=None):
     the weights are spread, it is about the RMS of the slice; where a few weights are large (the
     first keys under a causal mask, summed over every later query with P up to 1/2) it is
     several times the RMS: a float64 emulation of those roundings (B 2, H 4, S 1000, D 128,
-    causal, bf16) put dk 1.1x over an RMS-scaled bound there, and an H200 grade saw the same."""
+    causal, bf16) put dk 1.1x over an RMS-scaled bound there, and an H200 grade saw the same.
+
+    One more rounding: delta = rowsum(dO ∘ O) reads O as the forward stored it, in the dtype
+    (FlashAttention's preprocessing step). Its error, one per query row, shifts every dS of the
+    row by P delta's error, so dq_i by scale (P k)_i times it, and dk_j by a sum over i of
+    P_ij q_i times it: terms of size rowsum-square(dO ∘ O) (P k)_i and P_ij q_i. Early causal
+    rows see few keys, so (P k)_i does not average out: an H200 grade (bf16, B 2, H 3, S 333,
+    D 128) saw a correct dq 0.0149 off at query 1 against a bound of 0.0087 without these terms,
+    and a float64 emulation with O rounded to bf16 gives the same 0.0149."""
     qd, kd, vd, dod = (t.double() for t in (q, k, v, do))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = (qd @ kd.transpose(-2, -1)) * scale
@@ -98,11 +106,16 @@ def _terms(q, k, v, do, causal, scale=None):
                           float("-inf"))
     p = torch.softmax(s, dim=-1)
     del s
-    ds2 = (dod @ vd.transpose(-2, -1)).sub_((dod * (p @ vd)).sum(-1, keepdim=True)).mul_(p)
+    o = p @ vd
+    delta2 = (dod * o).square_().sum(-1, keepdim=True)  # delta's terms, squared, per row
+    dq_delta2 = (p @ kd).square_().mul_(delta2)
+    ds2 = (dod @ vd.transpose(-2, -1)).sub_((dod * o).sum(-1, keepdim=True)).mul_(p)
     ds2.square_()
     p.square_()  # P² from here on: one S x S matrix at a time besides dS²
-    return ((p @ vd.square()).sqrt_(), (ds2 @ kd.square()).sqrt_().mul_(scale),
-            (ds2.transpose(-2, -1) @ qd.square()).sqrt_().mul_(scale),
+    dk_delta2 = p.transpose(-2, -1) @ (qd.square() * delta2)
+    return ((p @ vd.square()).sqrt_(),
+            (ds2 @ kd.square()).add_(dq_delta2).sqrt_().mul_(scale),
+            (ds2.transpose(-2, -1) @ qd.square()).add_(dk_delta2).sqrt_().mul_(scale),
             (p.transpose(-2, -1) @ dod.square()).sqrt_())
 
 
