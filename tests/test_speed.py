@@ -274,10 +274,11 @@ def test_a_tracks_duration_is_its_judges_own_seconds():
     assert Phase((ev.Done(t=5.0),)).seconds is None  # no judge started: the run's clock instead
 
 
-def test_the_shares_of_one_track_fork_from_zygotes_on_the_cpu(monkeypatch):
-    """Without a GPU, a grade of two judges or more (tracks, or one track's shares: `make
-    exercise-08`'s two) forks its processes from zygotes that imported torch once, instead of
-    each importing it on 2 cores; one judge starts afresh, and so does every process on a GPU."""
+def test_the_shares_of_one_track_fork_from_zygotes(monkeypatch):
+    """A grade of two judges or more (tracks, or one track's shares: `make exercise-08`'s two)
+    forks its processes from zygotes that imported torch once, instead of each importing it;
+    one judge starts afresh. On a GPU host too, with zygotes that leave Triton compiling (no
+    interpreter)."""
     started = []
 
     class Zygote:
@@ -294,6 +295,6 @@ def test_the_shares_of_one_track_fork_from_zygotes_on_the_cpu(monkeypatch):
         with grade_module._forking(None, judges, Settings(), print) as f:
             return f
     assert forker(1) is None and not started
-    assert forker(2) == "forker" and len(started) == 1
+    assert forker(2) == "forker" and len(started) == 1 and started[0][1] is False
     monkeypatch.setattr(grade_module, "driver_loaded", lambda: True)
-    assert forker(4) is None and len(started) == 1
+    assert forker(4) == "forker" and len(started) == 2 and started[1][1] is True

@@ -227,13 +227,10 @@ def test_make_watch_regrades_on_save_and_ctrl_c_leaves_nothing(tmp_path):
 
 
 def test_a_grade_of_several_tracks_forks_from_zygotes_with_the_same_verdicts(monkeypatch):
-    """On a machine without a GPU, `make grade` forks its judges and submission's processes
-    from two zygotes (grader.run.grade._forking): the same verdicts as processes started afresh,
-    and no zygote left behind."""
-    from grader.common.machine import driver_loaded
+    """`make grade` forks its judges and submission's processes from two zygotes
+    (grader.run.grade._forking): the same verdicts as processes started afresh, and no zygote
+    left behind."""
     from grader.run import grade as grade_module
-    if driver_loaded():
-        pytest.skip("a GPU driver is here: a grade starts its processes afresh")
     exercises = (EX01, discover(only="05")[0])
     started = []
     real = grade_module.start_zygotes

@@ -41,8 +41,7 @@ from grader.run.tracks import AHEAD, Ahead, Judges, Prepared, timeable
 from grader.run.zygotes import ZygoteError, start_zygotes
 
 WARM_JOBS = 3  # exercises whose baselines compile at once beside the checks (CPU-heavy)
-FORK_AT = 2  # judges in one grade from which, on a machine without a GPU, its processes are
-#             forked from zygotes (below)
+FORK_AT = 2  # judges in one grade from which its processes are forked from zygotes (below)
 
 @dataclass(frozen=True)
 class Submission:
@@ -202,18 +201,20 @@ def _gpu_name() -> str | None:
 @contextmanager
 def _forking(forker, judges: int, settings: Settings, say):
     """The forker the grade's processes start through: the caller's (the watch loop's zygotes),
-    or, where this machine has no GPU and the grade has several `judges` (tracks, or the shares
-    of one), two zygotes of the grade's own that have imported torch, triton and pytest once
-    (grader.run.zygote), instead of starting each process afresh: on 2 cores those imports were
-    most of the CPU time of `make grade` of starter/ (30 processes, ~2 CPU s each). Not for one
-    judge (nothing to share), and not on a GPU machine, where a grade's processes start as
-    before. A zygote that refuses to serve only means the processes start afresh."""
-    if forker is not None or judges < FORK_AT or driver_loaded():
+    or, where the grade has several `judges` (tracks, or the shares of one), two zygotes of the
+    grade's own that have imported torch, triton and pytest once (grader.run.zygote), instead
+    of starting each process afresh: on 2 cores those imports were most of the CPU time of
+    `make grade` of starter/ (30 processes, ~2 CPU s each); on a 16-core GPU host the checks of
+    a whole grade keep every core busy (docs/performance.md, "Grading time"), and its ~40
+    processes' imports are CPU seconds taken from them. The zygotes never touch CUDA: each
+    forked process initializes it for itself. Not for one judge (nothing to share). A zygote
+    that refuses to serve only means the processes start afresh."""
+    if forker is not None or judges < FORK_AT:
         yield forker
         return
     with tempfile.TemporaryDirectory(prefix="grader-zygotes-") as folder:
         try:
-            zygotes = start_zygotes(settings, False, Path(folder))
+            zygotes = start_zygotes(settings, driver_loaded(), Path(folder))
         except ZygoteError as e:
             say(f"grade: {e}; every process starts afresh instead")
             yield None
