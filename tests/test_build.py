@@ -1,5 +1,4 @@
 """Build: compiler output summarized to the first real errors; caching; trees kept apart."""
-import json
 from pathlib import Path
 
 import pytest

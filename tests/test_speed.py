@@ -277,8 +277,8 @@ def test_a_tracks_duration_is_its_judges_own_seconds():
 def test_the_shares_of_one_track_fork_from_zygotes(monkeypatch):
     """A grade of two judges or more (tracks, or one track's shares: `make exercise-08`'s two)
     forks its processes from zygotes that imported torch once, instead of each importing it;
-    one judge starts afresh. On a GPU host too, with zygotes that leave Triton compiling (no
-    interpreter)."""
+    one judge starts afresh. On a GPU host too, with zygotes that leave Triton compiling; where
+    a driver is loaded but CUDA has no device, with Triton's interpreter."""
     started = []
 
     class Zygote:
@@ -297,4 +297,7 @@ def test_the_shares_of_one_track_fork_from_zygotes(monkeypatch):
     assert forker(1) is None and not started
     assert forker(2) == "forker" and len(started) == 1 and started[0][1] is False
     monkeypatch.setattr(grade_module, "driver_loaded", lambda: True)
+    monkeypatch.setattr(grade_module, "cuda_devices", lambda: 1)
     assert forker(4) == "forker" and len(started) == 2 and started[1][1] is True
+    monkeypatch.setattr(grade_module, "cuda_devices", lambda: 0)
+    assert forker(4) == "forker" and len(started) == 3 and started[2][1] is False

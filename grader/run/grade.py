@@ -27,7 +27,7 @@ from pathlib import Path
 
 from grader.common import events as ev
 from grader.common.discover import Exercise, Track
-from grader.common.machine import driver_loaded, landlock_available
+from grader.common.machine import cuda_devices, driver_loaded, landlock_available
 from grader.common.paths import DURATIONS, ROOT, aot_dir, warm_marker
 from grader.common.pristine import unchanged_starter
 from grader.common.processes import child_env, short_tempdir
@@ -207,14 +207,15 @@ def _forking(forker, judges: int, settings: Settings, say):
     `make grade` of starter/ (30 processes, ~2 CPU s each); on a 16-core GPU host the checks of
     a whole grade keep every core busy (docs/performance.md, "Grading time"), and its ~40
     processes' imports are CPU seconds taken from them. The zygotes never touch CUDA: each
-    forked process initializes it for itself. Not for one judge (nothing to share). A zygote
-    that refuses to serve only means the processes start afresh."""
+    forked process initializes it for itself; where CUDA has no device (no GPU, or a driver
+    without one), the submission's zygote imports Triton as its interpreter. Not for one judge
+    (nothing to share). A zygote that refuses to serve only means the processes start afresh."""
     if forker is not None or judges < FORK_AT:
         yield forker
         return
     with tempfile.TemporaryDirectory(prefix="grader-zygotes-") as folder:
         try:
-            zygotes = start_zygotes(settings, driver_loaded(), Path(folder))
+            zygotes = start_zygotes(settings, cuda_devices() > 0, Path(folder))
         except ZygoteError as e:
             say(f"grade: {e}; every process starts afresh instead")
             yield None
