@@ -2,6 +2,7 @@
 one judge, a crash in one share is the track's crash, QUICK says what it leaves out, and the
 specializations Triton would compile are counted by Triton's own rule."""
 import dataclasses
+import types
 
 import torch
 from hypothesis import assume, given, strategies as st
@@ -14,7 +15,7 @@ from grader.common.known_bad import load
 from grader.common.paths import ROOT
 from grader.common.settings import Settings
 from grader.judge import strategies
-from grader.judge.strategies import in_this_share
+from grader.judge.strategies import in_this_share, split_by_declared_class
 from grader.run import grade as grade_module
 from grader.run.grade import Submission, grade
 from grader.run.results import Phase, track_result
@@ -260,6 +261,32 @@ def test_shares_draw_disjoint_classes_that_cover_the_track(monkeypatch):
         drawn.add(key)
     draw()
     assert drawn == mine
+
+
+def test_a_declared_class_split_keeps_its_shares_classes_and_the_checks_source(monkeypatch):
+    """SHARE_BY in a checks module (13's forward, by dtype and causal): in share i of n the
+    check's body sees only its share's classes, with no line added to the check, so the digest
+    that draws the project's fixed examples is the same; a second call wraps nothing more."""
+    from hypothesis import HealthCheck, settings as hsettings
+    from hypothesis.internal.reflection import function_digest
+    classes = [(d, c) for d in (1, 2, 3) for c in (False, True)]
+    seen = []
+
+    @hsettings(max_examples=12, database=None, suppress_health_check=[HealthCheck.filter_too_much])
+    @given(dtype=st.sampled_from([1, 2, 3]), causal=st.booleans())
+    def check(dtype, causal):
+        seen.append((dtype, causal))
+    module = types.SimpleNamespace(SHARE_BY={"check": (lambda dtype, causal, **_: (dtype, causal),
+                                                       classes)})
+    item = types.SimpleNamespace(obj=check, module=module)
+    digest = function_digest(check.hypothesis.inner_test)
+    monkeypatch.setattr(strategies, "current", lambda: Settings(shard=(1, 4)))
+    split_by_declared_class([item])
+    split_by_declared_class([item])
+    assert function_digest(check.hypothesis.inner_test) == digest
+    assert not hasattr(check.hypothesis.inner_test.__wrapped__, "__wrapped__")  # wrapped once
+    check()
+    assert seen and {classes.index(k) % 4 for k in seen} == {1}, seen
 
 
 def test_a_tracks_duration_is_its_judges_own_seconds():

@@ -37,6 +37,7 @@ from grader.judge.explain import exercise_of, explain, repro_items, short
 from grader.judge.proxy import (RemoteImpl, Session, SubmissionDied, record_compiles,
                                 sanitizer_findings)
 from grader.judge.spawn import Spawner
+from grader.judge.strategies import split_by_declared_class
 
 HAS_GPU = torch.cuda.is_available()
 NEEDS_GPU = "needs a GPU"
@@ -273,6 +274,7 @@ class Grader:
             drop += [i for i in keep if i not in chosen]
             keep = chosen
         if current().shard:
+            split_by_declared_class(keep)
             mine = _share(keep, *current().shard)
             drop += [i for i in keep if i not in mine]
             keep = mine

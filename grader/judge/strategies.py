@@ -6,10 +6,11 @@ interpreter runs a 64x1000 kernel in ~0.1 s.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
-from hypothesis import strategies as st
+from hypothesis import assume, strategies as st
 
 from grader.common.settings import current
 
@@ -61,6 +62,32 @@ def in_this_share(key, classes) -> bool:
     draws stay those of the whole track, so a failure's REPRO blob replays in one judge."""
     index, count = current().shard or (0, 1)
     return classes.index(key) % count == index
+
+
+def split_by_declared_class(items) -> None:
+    """In a share of a track's checks: where the exercise's checks module declares the classes
+    of a property check's examples by its given arguments (`SHARE_BY = {check name: (key
+    function of its keyword arguments, classes)}`), this judge keeps only the examples of its
+    share of the classes (in_this_share), as if the check began with that `assume`. The check's
+    own source stays as it is: hypothesis draws the fixed examples of the project's tests from
+    it, and a known-bad caught by them stays caught. The draws stay those of the whole track,
+    so a failure's REPRO blob replays in one judge."""
+    for item in items:
+        test = getattr(item, "obj", None)
+        declared = getattr(getattr(item, "module", None), "SHARE_BY", {}).get(
+            getattr(test, "__name__", None))
+        if declared is None or not hasattr(test, "hypothesis") or \
+                getattr(test.hypothesis.inner_test, "split_by_class", False):
+            continue
+        key, classes = declared
+        inner = test.hypothesis.inner_test
+
+        @functools.wraps(inner)  # the same digest: a derandomized run draws the same examples
+        def split(*args, _inner=inner, _key=key, _classes=classes, **kwargs):
+            assume(in_this_share(_key(**kwargs), _classes))
+            return _inner(*args, **kwargs)
+        split.split_by_class = True
+        test.hypothesis.inner_test = split
 
 
 def randn(shape, *, seed: int, dtype, device, scale: float = 1.0, offset: float = 0.0):
