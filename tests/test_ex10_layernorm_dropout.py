@@ -1,22 +1,15 @@
 """Exercise 10's checks read the dropout mask off the output (a dropped element is exactly 0):
 a kept value that rounds to 0 must not read as a drop."""
-import importlib.util
-
 import pytest
 import torch
 
 from conftest import ROOT
 from grader.common.discover import load_exercise
+from grader.common.pyfile import import_file
+from grader.common.reference import load_reference
 from grader.judge.check import Mismatch
 
 EXERCISE = ROOT / "exercises" / "10_layernorm_dropout"
-
-
-def _load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_a_kept_value_that_rounds_to_zero_is_not_a_drop(monkeypatch):
@@ -25,9 +18,9 @@ def test_a_kept_value_that_rounds_to_zero_is_not_a_drop(monkeypatch):
     is 6.6e-8, which fp16 holds as 0 or as its smallest step. Here an op that is the reference
     in float32, with that element 0 (as the H200's kernel gave it), passes; without the second
     call that tells such a zero from a drop (UNSURE = 0), the check accuses it as before."""
-    checks = _load(EXERCISE / "test_layernorm_dropout.py", "ex10_checks")
-    ref = _load(EXERCISE / "reference.py", "ex10_reference")
+    checks = import_file(EXERCISE / "test_layernorm_dropout.py", "ex10_checks")
     exercise = load_exercise(EXERCISE)
+    ref = load_reference(exercise)
     x, w, b, _ = checks._inputs((86, 7919), 1486710, torch.float16, "cpu")
     kept = ref.layernorm(x.double(), w.double(), b.double(), checks.EPS)
     at = divmod(int(kept.abs().argmin()), x.shape[-1])

@@ -106,10 +106,10 @@ def _terms(q, k, v, do, causal, scale=None):
                           float("-inf"))
     p = torch.softmax(s, dim=-1)
     del s
-    o = p @ vd
-    delta2 = (dod * o).square_().sum(-1, keepdim=True)  # delta's terms, squared, per row
+    do_o = dod * (p @ vd)  # delta's terms: delta = rowsum(dO ∘ O)
+    delta2 = do_o.square().sum(-1, keepdim=True)  # their sum of squares, per row
     dq_delta2 = (p @ kd).square_().mul_(delta2)
-    ds2 = (dod @ vd.transpose(-2, -1)).sub_((dod * o).sum(-1, keepdim=True)).mul_(p)
+    ds2 = (dod @ vd.transpose(-2, -1)).sub_(do_o.sum(-1, keepdim=True)).mul_(p)
     ds2.square_()
     p.square_()  # P² from here on: one S x S matrix at a time besides dS²
     dk_delta2 = p.transpose(-2, -1) @ (qd.square() * delta2)
