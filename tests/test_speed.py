@@ -15,7 +15,7 @@ from grader.common.known_bad import load
 from grader.common.paths import ROOT
 from grader.common.settings import Settings
 from grader.judge import strategies
-from grader.judge.strategies import in_this_share, split_by_declared_class
+from grader.judge.strategies import in_this_share, share_of, split_by_declared_class
 from grader.run import grade as grade_module
 from grader.run.grade import Submission, grade
 from grader.run.results import Phase, track_result
@@ -81,6 +81,31 @@ def test_a_cpu_grade_of_one_track_uses_the_idle_cores(monkeypatch):
     assert shares(Settings(repro="x")) == [None]
     monkeypatch.setattr(grade_module.os, "cpu_count", lambda: 64)
     assert len(shares(Settings())) == 4  # at most what the exercise declares
+    alone = dataclasses.replace(long, shards_alone=12)
+    assert len(shares(Settings(), track=alone)) == 12
+    assert len(shares(Settings(), tracks=2, track=alone)) == 12  # 64 cores: 32 each, up to 12
+
+
+def test_a_gpu_grade_of_one_track_takes_a_judge_per_core(monkeypatch):
+    """On a GPU host a track that declares `shards` runs in that many judges in a grade of
+    several tracks; graded alone (`make exercise-13`, `make watch-13`, the watch loop's
+    failures-first order included), in up to `shards_alone`, one per core; QUICK, REPRO and a
+    sanitizer as before."""
+    monkeypatch.setattr(grade_module, "driver_loaded", lambda: True)
+    monkeypatch.setattr(grade_module, "landlock_available", lambda: True)
+    monkeypatch.setattr(grade_module.os, "cpu_count", lambda: 16)
+    track = dataclasses.replace(EX05.tracks["triton"], shards=4, shards_alone=12)
+
+    def shares(settings, tracks=1, track=track):
+        return [s.shard for s in grade_module._shares(track, settings, tracks)]
+    assert shares(Settings()) == [(i, 12) for i in range(12)]
+    assert shares(Settings(first=("test_a",))) == [(i, 12) for i in range(12)]
+    assert len(shares(Settings(), tracks=16)) == 4
+    assert len(shares(Settings(quick=True))) == 4
+    assert shares(Settings(repro="x")) == [None]
+    assert len(shares(Settings(), track=dataclasses.replace(track, shards_alone=None))) == 4
+    monkeypatch.setattr(grade_module.os, "cpu_count", lambda: 6)
+    assert len(shares(Settings())) == 6  # one per core, at least `shards`
 
 
 def test_a_crash_in_one_share_is_the_tracks_crash():
@@ -273,20 +298,51 @@ def test_a_declared_class_split_keeps_its_shares_classes_and_the_checks_source(m
     seen = []
 
     @hsettings(max_examples=12, database=None, suppress_health_check=[HealthCheck.filter_too_much])
-    @given(dtype=st.sampled_from([1, 2, 3]), causal=st.booleans())
-    def check(dtype, causal):
+    @given(dtype=st.sampled_from([1, 2, 3]), causal=st.booleans(), seed=st.integers(0, 10**9))
+    def check(dtype, causal, seed):
         seen.append((dtype, causal))
     module = types.SimpleNamespace(SHARE_BY={"check": (lambda dtype, causal, **_: (dtype, causal),
                                                        classes)})
     item = types.SimpleNamespace(obj=check, module=module)
     digest = function_digest(check.hypothesis.inner_test)
     monkeypatch.setattr(strategies, "current", lambda: Settings(shard=(1, 4)))
-    split_by_declared_class([item])
-    split_by_declared_class([item])
+    assert split_by_declared_class([item], 12) == []
+    assert split_by_declared_class([item], 12) == []
     assert function_digest(check.hypothesis.inner_test) == digest
     assert not hasattr(check.hypothesis.inner_test.__wrapped__, "__wrapped__")  # wrapped once
     check()
     assert seen and {classes.index(k) % 4 for k in seen} == {1}, seen
+    # its part of the whole track's 12 examples: 2 of the 6 classes (1 and 5), so 4
+    assert len(seen) == 4 and check._hypothesis_internal_use_settings.max_examples == 4
+
+
+def test_a_judge_with_no_class_of_a_split_check_leaves_it_to_the_others(monkeypatch):
+    """More judges than a check's declared classes (13's forward: 6 classes, alone in 12
+    judges): the judges with none of its classes do not run it (all of its draws would be
+    rejected: hypothesis would call that unsatisfiable); each of the others draws its class's
+    part of the whole track's examples, so the track draws as many as in one judge."""
+    from hypothesis import HealthCheck, settings as hsettings
+    classes = [(d, c) for d in (1, 2, 3) for c in (False, True)]
+    drawn = {}
+
+    def make():
+        @hsettings(max_examples=30, database=None,
+                   suppress_health_check=[HealthCheck.filter_too_much])
+        @given(dtype=st.sampled_from([1, 2, 3]), causal=st.booleans(), seed=st.integers(0, 10**9))
+        def check(dtype, causal, seed):
+            drawn.setdefault(i, []).append((dtype, causal))
+        module = types.SimpleNamespace(
+            SHARE_BY={"check": (lambda dtype, causal, **_: (dtype, causal), classes)})
+        return types.SimpleNamespace(obj=check, module=module)
+    for i in range(12):
+        monkeypatch.setattr(strategies, "current", lambda: Settings(shard=(i, 12)))
+        item = make()
+        elsewhere = split_by_declared_class([item], 30)
+        assert elsewhere == ([item] if i >= 6 else []), i
+        if not elsewhere:
+            item.obj()
+    assert sorted(drawn) == list(range(6))
+    assert all(len(v) == 5 and set(v) == {classes[i]} for i, v in drawn.items()), drawn
 
 
 def test_a_tracks_duration_is_its_judges_own_seconds():
@@ -328,3 +384,26 @@ def test_the_shares_of_one_track_fork_from_zygotes(monkeypatch):
     assert forker(4) == "forker" and len(started) == 2 and started[1][1] is True
     monkeypatch.setattr(grade_module, "cuda_devices", lambda: 0)
     assert forker(4) == "forker" and len(started) == 3 and started[2][1] is False
+
+
+def test_the_heavy_checks_go_to_different_judges_each_beside_the_fewest_examples():
+    """The checks that are not property checks are dealt out among a track's judges, each to
+    exactly one: opcheck and the torch.compile check (13's longest, 16-28 s on an H200) first,
+    to the last judges, which hold no class of a check split by fewer classes than judges, and
+    the others where there is the least work so far."""
+    names = ["test_forward_matches_reference", "test_awkward[S=1]", "test_gradcheck[a]",
+             "test_opcheck[cuda]", "test_awkward[S=17]", "test_torch_compile_x[cuda]",
+             "test_large_logits[f16]"]
+    items = [types.SimpleNamespace(name=n, obj=types.SimpleNamespace(
+        **({"hypothesis": 1} if n.startswith("test_forward") else {}))) for n in names]
+    for n in (2, 4, 12):
+        shares = [[i.name for i in share_of(items, k, n)] for k in range(n)]
+        assert all(names[0] in s for s in shares)  # the property check: in every judge
+        rest = sorted(x for s in shares for x in s if x != names[0])
+        assert rest == sorted(names[1:])  # each other check in exactly one judge
+        assert "test_opcheck[cuda]" in shares[n - 1]
+        assert "test_torch_compile_x[cuda]" in shares[n - 2]
+        # with 2 judges the heavy ones are each their judge's most work: the 4 others split 2, 2
+        assert [x for x in shares[n - 1] if x != names[0]] == {
+            2: ["test_awkward[S=1]", "test_opcheck[cuda]", "test_awkward[S=17]"],
+            4: ["test_opcheck[cuda]"], 12: ["test_opcheck[cuda]"]}[n]

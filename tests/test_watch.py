@@ -249,3 +249,31 @@ def test_a_grade_of_several_tracks_forks_from_zygotes_with_the_same_verdicts(mon
     assert len(started) == 1
     assert verdicts(forked) == verdicts(afresh)
     assert all(r.not_implemented for _, r, _ in forked.rows), verdicts(forked)
+
+
+def test_the_early_line_waits_for_every_share_of_a_track():
+    """The watch loop's early line (how last time's failures did) for a track checked in shares:
+    not before every judge has collected its checks and each of last time's failures has a
+    result, wherever it ran; the display counts the track's checks over its judges."""
+    import io
+    from grader.common import events as ev
+    from grader.tools.watch import _WatchProgress
+    out = io.StringIO()
+    p = _WatchProgress(out)
+    p.expect(("test_a", "test_b"), time.monotonic())
+    label = "13_flash_attention [triton]"
+    tests = lambda *names: [{"id": f"t::{n}", "name": n} for n in names] + \
+        [{"id": "grader::own_work", "name": "your kernels do the work"}]
+    for i in range(2):
+        p.on_event(label, "checks", ev.Began(label=label, phase="checks"))
+    p.on_event(label, "checks", ev.Collected(tests=tests("test_a", "test_c"), share=[0, 2]))
+    p.on_event(label, "checks", ev.Result(test="t::test_a", outcome="passed"))
+    assert "failed last time" not in out.getvalue()  # test_b's judge has not collected yet
+    p.on_event(label, "checks", ev.Collected(tests=tests("test_b"), share=[1, 2]))
+    assert p.tracks[(label, "checks")].total == 4
+    p.on_event(label, "checks", ev.Result(test="t::test_b", outcome="failed"))
+    assert "1 of 2 pass now; still failing: test_b" in out.getvalue()
+    p.on_event(label, "checks", ev.Exited(label=label))
+    assert (label, "checks") in p.tracks  # one of its two judges is still running
+    p.on_event(label, "checks", ev.Exited(label=label))
+    assert (label, "checks") not in p.tracks

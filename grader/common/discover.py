@@ -50,6 +50,8 @@ class Track:
     #                                     (grader.submission.compiles; tests/test_exercises.py)
     shards: int = 1           # on a GPU, its checks run in this many judges at once (each its
     #                           share: grader.judge.plugin), for a track whose compiles are long
+    shards_alone: int | None = None  # graded alone (make exercise-NN, make watch-NN), up to this
+    #                                  many where the cores allow (grader.run.grade._shares)
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,7 @@ class _Fields:
 def _track(f: _Fields, name: str, exercise_id: str) -> Track:
     f.unknown({"files", "sources", "extension", "python_module", "module", "ops_namespace",
                "entry_points", "cpu", "start", "allow", "arch", "cuda_flags", "headers",
-               "own_kernels", "specializations", "shards"})
+               "own_kernels", "specializations", "shards", "shards_alone"})
     files = f.strings("files")
     if not files:
         raise f.error("files", "at least one file")
@@ -219,7 +221,9 @@ def _track(f: _Fields, name: str, exercise_id: str) -> Track:
                  own_kernels=f.strings("own_kernels", ()),
                  specializations=f.get("specializations", int, None,
                                        lambda v: None if v > 0 else "must be > 0"),
-                 shards=f.get("shards", int, 1, lambda v: None if 1 <= v <= 8 else "1 to 8"))
+                 shards=f.get("shards", int, 1, lambda v: None if 1 <= v <= 8 else "1 to 8"),
+                 shards_alone=f.get("shards_alone", int, None,
+                                    lambda v: None if 1 <= v <= 16 else "1 to 16"))
 
 
 def _ops_list(f: _Fields) -> tuple[str, ...]:

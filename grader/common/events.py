@@ -73,6 +73,8 @@ class Collected(Event):
     # [{"id", "name", "category", "order", "backward"}]: "backward", a check of the backward
     # stage, which waits for the forward's (AWAITS_FORWARD)
     tests: list = field(default_factory=list)
+    share: list | None = None  # [i, n]: the judge that runs the i-th of n shares of the track's
+    #                            checks (grader.judge.strategies.share_of); None: all of them
 
 
 # Staged verdicts: an exercise's checks that need the backward (marked `backward`, and every

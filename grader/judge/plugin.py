@@ -37,12 +37,14 @@ from grader.judge.explain import exercise_of, explain, repro_items, short
 from grader.judge.proxy import (RemoteImpl, Session, SubmissionDied, record_compiles,
                                 sanitizer_findings)
 from grader.judge.spawn import Spawner
-from grader.judge.strategies import split_by_declared_class
+from grader.judge.strategies import share_of, split_by_declared_class
 
 HAS_GPU = torch.cuda.is_available()
 NEEDS_GPU = "needs a GPU"
 OWN_WORK = "grader::own_work"  # the check that the submission's own kernels did the work
 CAPTURABLE = "grader::capturable"  # the check that one step can be captured in a CUDA graph
+WHOLE = 30  # each property check's examples in one judge (set by _load_profile, before a share's
+#             cut): a check whose examples are split by class gives each class its part of them
 # QUICK=1, the edit loop: the forward's checks, every property check at one example (the
 # backward's values included), and none of the backward's other checks (gradcheck, the long
 # sums, the memory kept): most of a CPU grade's seconds, left to the full grade, and said
@@ -98,6 +100,8 @@ def _load_profile() -> None:
     }
     chosen = (current().examples or ("quick" if current().quick else
                                      "gpu" if HAS_GPU else "cpu"))
+    global WHOLE
+    WHOLE = profiles[chosen]["max_examples"]
     if current().shard:  # a share of the track's checks: its share of the examples
         kw = profiles[chosen]
         kw["max_examples"] = -(-kw["max_examples"] // current().shard[1])
@@ -138,19 +142,6 @@ def _property(item) -> bool:
 def _backward(item) -> bool:
     """A check of the backward stage (see events.AWAITS_FORWARD)."""
     return bool(item.get_closest_marker("backward") or item.get_closest_marker("gradcheck"))
-
-
-def _share(items, index: int, count: int) -> list:
-    """This judge's share of a track's checks, the i-th of n (grader.run.grade runs a long
-    track's checks in n judges at once): every property check, its examples split (by class
-    where the check says its classes, strategies.in_this_share; else the profile's
-    max_examples / n each, drawn afresh in each process), and every n-th of the other checks,
-    in order, the forward stage's and the backward's alike. So each judge compiles about its
-    share of the Triton specializations, not each of them most of all. A share does not wait for
-    the others' forward verdict: the merge of the shares (grader.run.results.Phase.merged) says
-    of its backward checks what one judge would have, where another share's forward failed."""
-    others = [i for i in items if not _property(i)]
-    return [i for i in items if _property(i) or others.index(i) % count == index]
 
 
 def _capture_probe_applies(items) -> bool:
@@ -274,8 +265,8 @@ class Grader:
             drop += [i for i in keep if i not in chosen]
             keep = chosen
         if current().shard:
-            split_by_declared_class(keep)
-            mine = _share(keep, *current().shard)
+            elsewhere = split_by_declared_class(keep, WHOLE)
+            mine = [i for i in share_of(keep, *current().shard) if i not in elsewhere]
             drop += [i for i in keep if i not in mine]
             keep = mine
         if drop:
@@ -292,7 +283,7 @@ class Grader:
             if _capture_probe_applies(session.items):
                 tests.append({"id": CAPTURABLE, "name": "capturable in a CUDA graph",
                               "category": "correctness", "order": 1 << 21})
-        self.record(ev.Collected(tests=tests))
+        self.record(ev.Collected(tests=tests, share=list(current().shard or ()) or None))
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.record(ev.Start(test=nodeid))

@@ -10,7 +10,7 @@ import functools
 import math
 
 import torch
-from hypothesis import assume, strategies as st
+from hypothesis import assume, settings as hypothesis_settings, strategies as st
 
 from grader.common.settings import current
 
@@ -64,22 +64,63 @@ def in_this_share(key, classes) -> bool:
     return classes.index(key) % count == index
 
 
-def split_by_declared_class(items) -> None:
+# The checks that compile the op's kernels afresh through its registered op (no TMA descriptors
+# there): 13's opcheck took 24-28 s and its torch.compile check 16-19 s on an H200, the longest
+# checks of its shares (2026-11-29)
+HEAVY = ("test_opcheck", "test_torch_compile")
+HEAVY_WORK = 4  # ... each about 4 of its other checks (2-9 s each there, with their compiles)
+
+
+def share_of(items, index: int, count: int) -> list:
+    """This judge's share of a track's checks, the i-th of n (grader.run.grade runs a long
+    track's checks in n judges at once): every property check, its examples split (by class
+    where the check says its classes, in_this_share; else the profile's
+    max_examples / n each, drawn afresh in each process), and its part of the other checks:
+    the HEAVY ones first, each to the last judge with the least work so far (a HEAVY check
+    counts as HEAVY_WORK of the others; the first judges hold the classes of a check split by
+    fewer classes than judges). So each judge compiles about its share of the Triton
+    specializations, not each of them most of all, and a heavy check runs beside few others.
+    Every judge deals the same way, so each check runs in exactly one. A share does not wait
+    for the others' forward verdict: the merge of the shares (grader.run.results.Phase.merged)
+    says of its backward checks what one judge would have, where another share's forward
+    failed."""
+    others = [i for i in items if not hasattr(getattr(i, "obj", None), "hypothesis")]
+    work, mine = [0] * count, set()
+    for item in sorted(others, key=lambda i: not i.name.startswith(HEAVY)):  # stable: in order
+        k = min(range(count - 1, -1, -1), key=lambda j: work[j])  # the last of the least busy
+        work[k] += HEAVY_WORK if item.name.startswith(HEAVY) else 1
+        if k == index:
+            mine.add(id(item))
+    return [i for i in items if i not in others or id(i) in mine]
+
+
+def split_by_declared_class(items, whole: int) -> list:
     """In a share of a track's checks: where the exercise's checks module declares the classes
     of a property check's examples by its given arguments (`SHARE_BY = {check name: (key
     function of its keyword arguments, classes)}`), this judge keeps only the examples of its
     share of the classes (in_this_share), as if the check began with that `assume`. The check's
     own source stays as it is: hypothesis draws the fixed examples of the project's tests from
     it, and a known-bad caught by them stays caught. The draws stay those of the whole track,
-    so a failure's REPRO blob replays in one judge."""
+    so a failure's REPRO blob replays in one judge.
+
+    Each class keeps its part of the `whole` track's examples, however many judges there are:
+    a judge draws `whole` times its classes' fraction (6 classes in 12 judges: 5 examples in
+    each of six, not 3). Returns the checks this judge has no class of (more judges than
+    classes): they are the other judges' to run."""
+    none = []
     for item in items:
         test = getattr(item, "obj", None)
         declared = getattr(getattr(item, "module", None), "SHARE_BY", {}).get(
             getattr(test, "__name__", None))
-        if declared is None or not hasattr(test, "hypothesis") or \
-                getattr(test.hypothesis.inner_test, "split_by_class", False):
+        if declared is None or not hasattr(test, "hypothesis"):
             continue
         key, classes = declared
+        mine = sum(in_this_share(c, classes) for c in classes)
+        if not mine:
+            none.append(item)
+            continue
+        if getattr(test.hypothesis.inner_test, "split_by_class", False):
+            continue
         inner = test.hypothesis.inner_test
 
         @functools.wraps(inner)  # the same digest: a derandomized run draws the same examples
@@ -88,6 +129,10 @@ def split_by_declared_class(items) -> None:
             return _inner(*args, **kwargs)
         split.split_by_class = True
         test.hypothesis.inner_test = split
+        test._hypothesis_internal_use_settings = hypothesis_settings(
+            test._hypothesis_internal_use_settings,
+            max_examples=-(-whole * mine // len(classes)))
+    return none
 
 
 def randn(shape, *, seed: int, dtype, device, scale: float = 1.0, offset: float = 0.0):

@@ -231,21 +231,29 @@ def _shares(track: Track, settings: Settings, tracks: int = 1) -> list[Settings]
     """The settings of each judge that checks `track`: one, or (a track whose exercise declares
     `shards`, with the sandbox that lets judges run side by side) one per share of its checks:
     each its share of the property checks' examples and of the other checks
-    (grader.judge.plugin). On a GPU machine, `shards` of them: their Triton compiles then run
-    side by side instead of one after another (13's checks: most of a cold grade). On a machine
-    without a GPU, as many as the cores the grade's `tracks` leave idle, up to `shards` (the
-    interpreter runs each check on one core: what 13 gains on 2 cores is in docs/performance.md,
-    "Grading time on the CPU"); not for the project's own tests (fixed examples, a selection of
-    checks), nor under QUICK. Not for one check (REPRO), under a sanitizer, nor in the watch
-    loop's order (last time's failures first)."""
-    n = track.shards
+    (grader.judge.plugin). On a GPU machine, `shards` of them in a grade of several tracks:
+    their Triton compiles then run side by side instead of one after another (13's checks: most
+    of a cold grade). Graded alone (`make exercise-13`, `make watch-13`), up to `shards_alone`,
+    one per core: a share is mostly its submission's process compiling on one core, and 4 of
+    them left 12 of a GPU host's 16 cores idle while 13's checks compiled for 67 s of their 81
+    (an H200, 2026-11-29). On a machine without a GPU, as many as the cores the grade's `tracks`
+    leave idle, up to the same (the interpreter runs each check on one core: what 13 gains on 2
+    cores is in docs/performance.md, "Grading time on the CPU"); not for the project's own tests
+    (fixed examples, a selection of checks), nor under QUICK. Not for one check (REPRO), under a
+    sanitizer. In the watch loop's order (last time's failures first) each share runs its own
+    failures first."""
+    most = max(track.shards, track.shards_alone or 1)
+    cores = os.cpu_count() or 1
     if not driver_loaded():
         # QUICK's few checks are done before a second judge pays off: 13's took 10.2-11.6 s in
         # one judge, 14.1-14.6 s in two (2 cores, 4 alternated runs each, 2026-11-29)
         n = 1 if settings.examples or settings.select or settings.quick else \
-            min(n, (os.cpu_count() or 1) // max(1, tracks))
-    if n <= 1 or not landlock_available() or settings.repro or settings.sanitize or \
-            settings.first:
+            min(most, cores // max(1, tracks))
+    else:
+        # QUICK's few examples: more judges would each start up for one or two of them
+        n = track.shards if tracks > 1 or settings.quick else \
+            min(most, max(track.shards, cores))
+    if n <= 1 or not landlock_available() or settings.repro or settings.sanitize:
         return [settings]
     return [settings.replace(shard=(i, n)) for i in range(n)]
 

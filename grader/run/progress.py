@@ -25,6 +25,9 @@ class _Track:
         self.built = None       # seconds, once the build event came
         self.total = None       # checks collected
         self.done = 0           # checks reported
+        self.judges = 1         # its judges running (a track checked in shares has several)
+        self.ids: set = set()   # the checks its judges collected (grader::own_work in each)
+        self.collected = [0, 1]  # judges that collected, of how many (events.Collected.share)
         self.stage = ""         # last stage announced (plain mode)
 
     def status(self, plain: bool = False) -> tuple[str, str]:
@@ -39,7 +42,7 @@ class _Track:
                     else f"building {', '.join(self.sources)}" if self.sources
                     else "starting the submission's process")
             return "building", f"{self.label} {what}{clock}"
-        if self.total is None:
+        if self.total is None or self.collected[0] < self.collected[1]:
             return "collecting", f"{self.label} collecting checks"
         if plain:
             done = ("loaded (built ahead of time)" if aot else f"built ({self.built:.0f} s)"
@@ -64,19 +67,26 @@ class Progress:
     def on_event(self, label: str, phase: str, event: ev.Event) -> None:
         with self.lock:
             key = (label, phase)
-            if isinstance(event, ev.Began):
-                self.tracks[key] = _Track(label, phase, event.sources, self.aot)
+            if isinstance(event, ev.Began):  # once per judge: a track's shares are one line
+                if key in self.tracks:
+                    self.tracks[key].judges += 1
+                else:
+                    self.tracks[key] = _Track(label, phase, event.sources, self.aot)
             t = self.tracks.get(key)
             if t is None:
                 return
             if isinstance(event, ev.Build):
                 t.built = event.seconds or 0.0
             elif isinstance(event, ev.Collected):
-                t.total = len(event.tests)
+                t.ids.update(x["id"] for x in event.tests)
+                t.total = len(t.ids)
+                t.collected = [t.collected[0] + 1, (event.share or (0, 1))[1]]
             elif isinstance(event, ev.Result):
                 t.done += 1
             elif isinstance(event, ev.Exited):
-                del self.tracks[key]
+                t.judges -= 1
+                if not t.judges:
+                    del self.tracks[key]
             running = bool(self.tracks)
             stage, text = t.status(plain=True)
             if self.live is None and stage != t.stage and stage != "collecting" \
