@@ -11,7 +11,8 @@
 # rebuilds and relinks exactly as for a real one-line change. Prints a markdown table
 # (benchmarks/run.sh puts it into docs/performance.md). Without a GPU the timed rows are
 # `make exercise-NN` (no timing there) instead. DRY_RUN=1 prints the commands instead;
-# KEEP=DIR keeps the watch loops' output there; ROWS=watch runs only the watch loop's checks-only
+# KEEP=DIR keeps the watch loops' output there (watch-last.log: the last one's, also when a
+# timeout stops this script); ROWS=watch runs only the watch loop's checks-only
 # rows; EDIT_AFTER=TEXT edits inside the kernel (above). A Triton track on the CPU:
 # `PY=.venv/bin/python bash benchmarks/edit_loop.sh 01 triton vector_add.py`.
 set -u
@@ -24,7 +25,16 @@ folder=$(ls -d exercises/${EX}_* 2>/dev/null | head -1)
 name=$(basename "$folder")
 [ -f "solutions/$name/$TRACK/$KERNEL" ] || { echo "edit_loop.sh: no solutions/$name/$TRACK/$KERNEL" >&2; exit 2; }
 tree=$(mktemp -d "${TMPDIR:-/tmp}/edit-loop-XXXXXX")
-trap 'rm -rf "$tree"' EXIT
+WATCH_PID=
+at_exit() {  # a timeout's TERM too: the running watch loop stopped, its log kept (KEEP)
+  [ -n "$WATCH_PID" ] && kill -INT "$WATCH_PID" 2>/dev/null && wait "$WATCH_PID" 2>/dev/null
+  if [ -n "${KEEP:-}" ] && [ -f "$tree/watch.log" ]; then
+    mkdir -p "$KEEP" && cp "$tree/watch.log" "$KEEP/watch-last.log"
+  fi
+  rm -rf "$tree"
+}
+trap at_exit EXIT
+trap 'exit 143' TERM
 mkdir -p "$tree/$name"
 cp -r "solutions/$name/$TRACK" "$tree/$name/"
 if [ -n "${DRY_RUN:-}" ]; then
@@ -87,6 +97,7 @@ watch_rows() {  # watch_rows LABEL [FLAGS]: the watch loop, its first grade and 
   local log=$tree/watch.log k t0 ms
   "${cmd[@]}" > "$log" 2>&1 &
   local pid=$!
+  WATCH_PID=$pid
   if await "$log" "^watch: the first grade took" 1 $pid 300; then
     card "$log"
     printf "| %s: first grade (%s) | %s | %s | %s |\n" "$label" \
@@ -106,6 +117,7 @@ watch_rows() {  # watch_rows LABEL [FLAGS]: the watch loop, its first grade and 
   fi
   grep -q "afresh instead" "$log" && echo "| $label: no zygote, $(grep -m1 -oE "the [a-z]+ zygote: .*" "$log") | | | |"
   kill -INT $pid 2>/dev/null
+  WATCH_PID=
   wait $pid || echo "| $label | (the watch loop failed: exit $?; $(tail -1 "$log")) | | |"
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$log" "$KEEP/watch${1:+$1}.log"; fi
 }
