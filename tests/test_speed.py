@@ -407,3 +407,32 @@ def test_the_heavy_checks_go_to_different_judges_each_beside_the_fewest_examples
         assert [x for x in shares[n - 1] if x != names[0]] == {
             2: ["test_awkward[S=1]", "test_opcheck[cuda]", "test_awkward[S=17]"],
             4: ["test_opcheck[cuda]"], 12: ["test_opcheck[cuda]"]}[n]
+
+
+def test_a_kernels_key_does_not_move_with_the_lines_above_it(monkeypatch, tmp_path):
+    """In the submission's process on a GPU (grader.submission.compiles): a line added above a
+    Triton kernel, or above a function it calls, leaves its key as it was, so that kernel is
+    not compiled again; a change of its source or of a callee's changes the key, as ever.
+    Triton's own key moves with the line."""
+    import importlib.util
+    from triton.runtime.jit import JITFunction
+    from grader.submission.compiles import keys_without_line_numbers
+    owner = next(c for c in JITFunction.__mro__ if "cache_key" in vars(c))
+    monkeypatch.setattr(owner, "cache_key", vars(owner)["cache_key"])  # put back afterwards
+    source = ("import triton\nimport triton.language as tl\n{pad}\n@triton.jit\n"
+              "def helper(x):\n    return x {op} 1\n\n\n@triton.jit\n"
+              "def kernel(p):\n    tl.store(p, helper(tl.load(p)))\n")
+
+    def key(n, pad="", op="+"):
+        path = tmp_path / f"k{n}.py"
+        path.write_text(source.format(pad=pad, op=op))
+        spec = importlib.util.spec_from_file_location(f"k{n}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.kernel.cache_key
+    assert key(0) != key(1, pad="# a line\n")  # Triton's own rule: the line counts
+    assert keys_without_line_numbers(JITFunction)
+    assert key(2) == key(3, pad="# a line\n# another\n")
+    assert key(4) != key(5, op="-")  # the callee's source changed
+    assert keys_without_line_numbers(JITFunction)  # a second time: wrapped once
+    assert not hasattr(vars(owner)["cache_key"].fget.__closure__[0].cell_contents, "without_lines")
