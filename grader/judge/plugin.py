@@ -37,7 +37,7 @@ from grader.judge.explain import exercise_of, explain, repro_items, short
 from grader.judge.proxy import (RemoteImpl, Session, SubmissionDied, record_compiles,
                                 sanitizer_findings)
 from grader.judge.spawn import Spawner
-from grader.judge.strategies import share_of, split_by_declared_class
+from grader.judge.strategies import is_property, share_of, split_by_declared_class
 
 HAS_GPU = torch.cuda.is_available()
 NEEDS_GPU = "needs a GPU"
@@ -133,10 +133,6 @@ def pytest_generate_tests(metafunc):
 
 def _category(item) -> str:
     return "gradcheck" if item.get_closest_marker("gradcheck") else "correctness"
-
-
-def _property(item) -> bool:
-    return hasattr(getattr(item, "obj", None), "hypothesis")
 
 
 def _backward(item) -> bool:
@@ -258,7 +254,7 @@ class Grader:
             keep.sort(key=lambda i: (_backward(i), short(i.nodeid) not in first))
         if current().quick and not current().repro:
             for item in keep:
-                if _backward(item) and not _property(item):
+                if _backward(item) and not is_property(item):
                     item.add_marker(pytest.mark.skip(reason=QUICK_LEAVES))
         if current().repro:
             chosen = repro_items(keep, self.record)

@@ -71,6 +71,11 @@ HEAVY = ("test_opcheck", "test_torch_compile")
 HEAVY_WORK = 4  # ... each about 4 of its other checks (2-9 s each there, with their compiles)
 
 
+def is_property(item) -> bool:
+    """A hypothesis check (its examples are drawn; split among judges by example, not dealt)."""
+    return hasattr(getattr(item, "obj", None), "hypothesis")
+
+
 def share_of(items, index: int, count: int) -> list:
     """This judge's share of a track's checks, the i-th of n (grader.run.grade runs a long
     track's checks in n judges at once): every property check, its examples split (by class
@@ -84,14 +89,14 @@ def share_of(items, index: int, count: int) -> list:
     for the others' forward verdict: the merge of the shares (grader.run.results.Phase.merged)
     says of its backward checks what one judge would have, where another share's forward
     failed."""
-    others = [i for i in items if not hasattr(getattr(i, "obj", None), "hypothesis")]
+    others = [i for i in items if not is_property(i)]
     work, mine = [0] * count, set()
     for item in sorted(others, key=lambda i: not i.name.startswith(HEAVY)):  # stable: in order
         k = min(range(count - 1, -1, -1), key=lambda j: work[j])  # the last of the least busy
         work[k] += HEAVY_WORK if item.name.startswith(HEAVY) else 1
         if k == index:
             mine.add(id(item))
-    return [i for i in items if i not in others or id(i) in mine]
+    return [i for i in items if is_property(i) or id(i) in mine]
 
 
 def split_by_declared_class(items, whole: int) -> list:

@@ -106,8 +106,10 @@ def keys_without_line_numbers(jit_function) -> bool:
     Triton does. Where this Triton's key is not computed that way, nothing is changed (False)."""
     owner = next((c for c in jit_function.__mro__ if "cache_key" in vars(c)), None)
     prop = vars(owner).get("cache_key") if owner else None
-    if not isinstance(prop, property) or getattr(prop.fget, "without_lines", False):
-        return bool(prop and getattr(prop.fget, "without_lines", False))
+    if not isinstance(prop, property):
+        return False
+    if getattr(prop.fget, "without_lines", False):
+        return True  # done already (a zygote's fork, a second server)
     try:
         if "starting_line_number" not in inspect.getsource(prop.fget):
             return False

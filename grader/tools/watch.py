@@ -95,7 +95,6 @@ class _WatchProgress(Progress):
         self.first, self.began, self.said = set(first), began, set()
         self.wanted: dict[str, set] = {}   # label -> the ids of last time's failures
         self.seen: dict[str, dict] = {}    # label -> test id -> outcome
-        self.shares: dict[str, list] = {}  # label -> its judges' shares collected, of how many
 
     def on_event(self, label: str, phase: str, event: ev.Event) -> None:
         super().on_event(label, phase, event)
@@ -104,13 +103,12 @@ class _WatchProgress(Progress):
         if isinstance(event, ev.Collected):  # one per judge: a track checked in shares has n
             self.wanted.setdefault(label, set()).update(
                 x["id"] for x in event.tests if x["name"] in self.first)
-            got = self.shares.setdefault(label, [0, (event.share or (0, 1))[1]])
-            got[0] += 1
         elif isinstance(event, ev.Result):
             self.seen.setdefault(label, {})[event.test] = event.outcome
         wanted = self.wanted.get(label)
         mine = {test: o for test, o in self.seen.get(label, {}).items() if test in (wanted or ())}
-        collected, judges = self.shares.get(label, (0, 1))
+        track = self.tracks.get((label, phase))  # its judges collected, of how many (Progress)
+        collected, judges = track.collected if track else (1, 1)
         if not wanted or set(mine) < wanted or collected < judges:
             return
         self.said.add(label)
