@@ -1,6 +1,7 @@
 """make watch-NN: the warm loop gives the verdicts a fresh grade gives, from processes forked out
 of zygotes that never touched CUDA, sandboxed as ever; it sees a save once, and Ctrl-C leaves
 nothing behind. On the CPU (01, Triton's interpreter)."""
+import json
 import os
 import signal
 import subprocess
@@ -106,6 +107,38 @@ def test_a_zygote_that_would_touch_cuda_refuses_to_serve(tmp_path):
     with pytest.raises(ZygoteError, match=r"CUDA was queried .*importing grader\.judge\.plugin"):
         z.ready()
     assert not z.alive()
+
+
+PRELOADED = """
+import json, os, sys, tempfile
+from grader.run import zygote
+before = dict(os.environ)
+if sys.argv[1] == "preload":
+    zygote.preload("submission")
+else:
+    import torch._dynamo
+print(json.dumps({"dynamo": "torch._dynamo" in sys.modules, "tempdir": tempfile.tempdir,
+                  "changed": sorted(k for k in os.environ if os.environ[k] != before.get(k))}))
+"""
+
+
+def test_a_zygotes_imports_leave_its_environment_as_it_was(tmp_path):
+    """torch._dynamo, preloaded in the zygotes, sets TORCHINDUCTOR_CACHE_DIR and pins tempfile's
+    folder as it imports; a forked submission's process that kept them would write outside the
+    folders its sandbox allows (it sets its own after the fork). The zygote puts both back."""
+    env = {k: v for k, v in child_env().items()
+           if k not in ("TORCHINDUCTOR_CACHE_DIR", "TMPDIR")}
+    env["TMPDIR"] = str(tmp_path)
+    said = {}
+    for how in ("import", "preload"):
+        out = subprocess.run([sys.executable, "-c", PRELOADED, how], env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        said[how] = json.loads(out.stdout.strip().splitlines()[-1])
+    # the hazard is real: the import alone changes both
+    assert said["import"]["changed"] == ["TORCHINDUCTOR_CACHE_DIR"]
+    assert said["import"]["tempdir"] == str(tmp_path)
+    assert said["preload"] == {"dynamo": True, "tempdir": None, "changed": []}
 
 
 def test_a_save_is_seen_once_after_the_editor_is_done(tmp_path):

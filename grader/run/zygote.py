@@ -40,6 +40,7 @@ import select
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -62,13 +63,17 @@ PRELOAD = {
               "grader.common.poison", "grader.judge.spawn", "grader.judge.review",
               "grader.judge.proxy", "grader.judge.explain", "grader.judge.check",
               "grader.judge.cases", "grader.judge.testing", "grader.judge.gradcheck",
-              "grader.judge.strategies", "grader.judge.baselines", "grader.judge.measure"],
+              "grader.judge.strategies", "grader.judge.baselines", "grader.judge.measure",
+              "torch._dynamo"],  # FakeTensorMode's first use, a peer's, a compiled baseline's
     "submission": ["torch", "numpy", "triton", "triton.language", "grader.common.discover",
                    "grader.common.pyfile", "grader.common.settings", "grader.common.timing",
                    "grader.common.trust", "grader.common.poison", "grader.common.seam",
                    "grader.submission.early", "grader.submission.sandbox",
                    "grader.submission.build", "grader.submission.server",
-                   "torch.autograd.profiler", "multiprocessing.connection", "landlock"],
+                   "torch.autograd.profiler", "multiprocessing.connection", "landlock",
+                   # torch.library's triton_op, opcheck and torch.compile import it: 1 s of CPU
+                   # here; a forked process's start on a busy GPU host took 4-6 s without it
+                   "torch._dynamo"],
 }
 
 
@@ -90,6 +95,10 @@ def preload(role: str, extra=()) -> list[str]:
     names = ("_cuda_getDeviceCount", "_cuda_init", "_cuda_getDevice", "_cuda_setDevice")
     saved = {n: getattr(torch._C, n) for n in names if hasattr(torch._C, n)}
     nvml = os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+    # what an import may pin from this process's environment: torch._dynamo sets
+    # TORCHINDUCTOR_CACHE_DIR and tempfile's folder (/tmp) as it imports, and a child that kept
+    # them would write outside its sandbox's folders (it sets its own: grader.submission)
+    environ, tempdir = dict(os.environ), tempfile.tempdir
     skipped = []
     try:
         for n in saved:
@@ -112,6 +121,9 @@ def preload(role: str, extra=()) -> list[str]:
     finally:
         for n, fn in saved.items():
             setattr(torch._C, n, fn)
+        os.environ.clear()
+        os.environ.update(environ)
+        tempfile.tempdir = tempdir
         if nvml is not None:
             os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = nvml
     return skipped
