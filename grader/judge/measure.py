@@ -138,7 +138,7 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     walls, problem = [], None
     for attempt in range(BATCH_TRIES):
         wall_ms, problem = _validated_batch(session, exercise, ref, case, mode, k, warmup, share,
-                                            graphs=t["method"] == "graph")
+                                            graphs=t["method"] == "graph", trace=trace)
         walls.append(wall_ms)
         trace(f"batch {attempt + 1}: {k} input sets staged, run ({wall_ms * 1e3:.1f} us a call) "
               f"and validated")
@@ -152,7 +152,8 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     return t
 
 
-def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, graphs: bool):
+def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, graphs: bool,
+                     trace=lambda what: None):
     """Stage k input sets in the submission's process (a graph captured on each), write new
     values into every set, time the k back-to-back replays (or calls) with the judge's clock
     (minus an empty request's round trip), and hold every output to float64 of the values the
@@ -168,6 +169,7 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, gr
     _ok(session.request("stage", entry=b.call, warmup=warmup, sets=sent, mode=mode,
                         grad_args=list(b.grad_args), dys=sent_dys, wrap=b.wrap, graphs=graphs,
                         timeout_s=limit))
+    trace(f"  {k} input sets made, shared and staged")
     # new values, in place, into the memory the graphs read: what the replays must compute from
     sets, dys = [], []
     for i, args in enumerate(sent):
@@ -182,10 +184,12 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, gr
     start = time.perf_counter()
     _ok(session.request("go", timeout_s=limit))
     wall = time.perf_counter() - start
+    trace("  new values written, the batch run")
     reply = _ok(session.request("collect", timeout_s=limit))
     outs = [[o.clone() if isinstance(o, torch.Tensor) else None for o in call]
             for call in reply["outs"]]
     del sent, sent_dys, reply
+    trace("  outputs collected")
     problem = None
     for i, s in enumerate(sets):
         problem = validate(exercise, ref, s, mode, outs[i], dys[i] if dys else None)
@@ -195,8 +199,10 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, gr
     # what a captured call holds fixed (its scalars), per set, for the calls run alone below
     fixed = [tree_map(lambda v: None if isinstance(v, torch.Tensor) else v, s) for s in sets]
     del sets, dys, outs
+    trace("  validated against float64")
     problem = problem or _each_call_its_own(session, exercise, ref, case, mode, fixed, share,
                                             limit)
+    trace("  each call run alone on new values and validated")
     _ok(session.request("unstage"))
     torch.cuda.empty_cache()
     return max(wall - noop, 1e-6) * 1e3 / k, problem
