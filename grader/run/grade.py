@@ -40,7 +40,10 @@ from grader.run.score import Score, score
 from grader.run.tracks import AHEAD, Ahead, Judges, Prepared, timeable
 from grader.run.zygotes import ZygoteError, start_zygotes
 
-WARM_JOBS = 3  # exercises whose baselines compile at once beside the checks (CPU-heavy)
+# exercises whose baselines compile at once beside the checks (CPU-heavy); the timing phase
+# waits for all of them (their compiles run on the GPU): with 3, the again run's last one (13)
+# was ready 6-14 s after the checks had ended (docs/performance.md, "Grading time")
+WARM_JOBS = 4
 FORK_AT = 2  # judges in one grade from which its processes are forked from zygotes (below)
 
 @dataclass(frozen=True)
