@@ -542,7 +542,7 @@ def ncu_readings(text: str) -> list[str]:
     if not lines:
         return []
     rows = list(csv.reader(lines))
-    header, data = rows[0], [dict(zip(rows[0], r)) for r in rows[2:] if len(r) == len(rows[0])]
+    data = [dict(zip(rows[0], r)) for r in rows[2:] if len(r) == len(rows[0])]
     out = []
     for i, row in enumerate(data):
         name = row.get("Kernel Name", "?")

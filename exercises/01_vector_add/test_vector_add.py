@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, strategies as st
 
 from grader.judge import probes
-from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
+from grader.judge.check import Mismatch, call_checked, expect_refusal
 from grader.judge.strategies import dtypes, extremes, lengths, randn, seeds
 from grader.judge.testing import new_contents_same_shapes, views_handled_or_refused
 

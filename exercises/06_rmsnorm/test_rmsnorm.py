@@ -14,7 +14,7 @@ from grader.judge.gradcheck import gradcheck_checked
 from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.judge.strategies import draw_row_shape, dtypes, randn, seeds
 from grader.judge.testing import (compiled_matches, expected_grads, opcheck_samples, rstd_scale,
-                            skip_on_interpreter, sum_tol, value_and_grads)
+                            sum_tol, value_and_grads)
 
 DTYPES = ["float32", "float16", "bfloat16"]
 EPS = 1e-6

@@ -27,8 +27,7 @@ from hypothesis import given, strategies as st
 from grader.judge import check
 from grader.judge.check import Mismatch, call_checked, expect_refusal, names_argument
 from grader.judge.strategies import draw_row_shape, dtypes, randn, seeds
-from grader.judge.testing import (compiled_matches, new_contents_same_shapes, on_interpreter,
-                            opcheck_samples)
+from grader.judge.testing import (compiled_matches, new_contents_same_shapes, opcheck_samples)
 
 DTYPES = ["float32", "float16", "bfloat16"]
 EPS = 1e-6
