@@ -16,7 +16,7 @@ from grader.common.paths import ROOT
 from grader.common.settings import Settings
 from grader.judge import strategies
 from grader.judge.strategies import in_this_share, share_of, split_by_declared_class
-from grader.run import grade as grade_module
+from grader.run import grade as grade_module, order
 from grader.run.grade import Submission, grade
 from grader.run.results import Phase, track_result
 from grader.submission.compiles import _arg_key
@@ -355,6 +355,26 @@ def test_a_tracks_duration_is_its_judges_own_seconds():
     assert a.seconds == 30.0
     assert Phase.merged([a, b]).seconds == 40.0  # shares: the first start to the last end
     assert Phase((ev.Done(t=5.0),)).seconds is None  # no judge started: the run's clock instead
+
+
+def test_a_fresh_gpu_host_orders_the_checks_by_the_shipped_figures(monkeypatch, tmp_path):
+    """Without the cache's figures, a GPU host starts the tracks by the shipped ones (a whole
+    grade's, measured with `.cache` removed): the Triton tracks that compile for a minute no
+    longer wait behind the quick CUDA builds. The CPU keeps the declared order; the cache's own
+    figures win over the shipped ones; and the shipped file holds every track."""
+    ex = {e.id: e for e in discover()}
+    pairs = [(e, t) for e in ex.values() for t in e.tracks.values()]
+    monkeypatch.setattr(order, "DURATIONS", tmp_path / "durations.json")  # none measured here
+    key = lambda p: f"{p[0].id}/{p[1].name}"
+    shipped = order.shipped()
+    assert sorted(shipped) == sorted(map(key, pairs))
+    on_gpu = [key(p) for p in order.longest_first(pairs, gpu=True)]
+    assert on_gpu == sorted(shipped, key=lambda k: -shipped[k])
+    declared = [key(p) for p in order.longest_first(pairs, gpu=False)]
+    assert declared[:2] == ["13_flash_attention/triton", "08_add_rmsnorm/triton"]  # in shares
+    assert declared.index("12_matmul_tc/triton") > declared.index("02_scale/cuda")  # builds
+    order.durations({"01_vector_add/triton": 1000.0})  # measured here: first, whatever shipped
+    assert [key(p) for p in order.longest_first(pairs, gpu=True)][0] == "01_vector_add/triton"
 
 
 def test_the_shares_of_one_track_fork_from_zygotes(monkeypatch):

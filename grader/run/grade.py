@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -28,11 +27,12 @@ from pathlib import Path
 from grader.common import events as ev
 from grader.common.discover import Exercise, Track
 from grader.common.machine import cuda_devices, driver_loaded, landlock_available
-from grader.common.paths import DURATIONS, ROOT, aot_dir, warm_marker
+from grader.common.paths import ROOT, aot_dir, warm_marker
 from grader.common.pristine import unchanged_starter
 from grader.common.processes import child_env, short_tempdir
 from grader.common.settings import Settings, from_environment
 from grader.run.follow import Follower
+from grader.run.order import durations, longest_first
 from grader.run.gradescope import gradescope, junit, write_json
 from grader.run.report import feedback, machine, scorecard, time_report
 from grader.run.results import Phase, TrackResult, track_result
@@ -101,7 +101,7 @@ def grade(sub: Submission, progress=None) -> Grade:
         for subscriber in ([progress.on_event] if progress is not None else []) + [ahead.on_event]:
             follower.subscribe(subscriber)
         todo = {pool.submit(_check, Judges(tree, share, follower, forker), ex, t, say): (ex, t)
-                for ex, t in _longest_first(pairs)
+                for ex, t in longest_first(pairs, driver_loaded())
                 for share in _shares(t, settings, len(pairs))}
         shares_of: dict[tuple, int] = {}
         for ex, t in todo.values():
@@ -127,7 +127,7 @@ def grade(sub: Submission, progress=None) -> Grade:
             if len(shares) < shares_of[(ex.id, t.name)]:
                 continue  # the track's other shares still run
             phase = checked[(ex.id, t.name)] = Phase.merged(shares)
-            _durations({f"{ex.id}/{t.name}": phase.seconds or time.perf_counter() - start})
+            durations({f"{ex.id}/{t.name}": phase.seconds or time.perf_counter() - start})
             r = track_result(ex.id, t.name, str(tree), phase)
             say(f"checked {ex.id} [{t.name}]: {r.count('correctness', 'passed')}/"
                 f"{r.total('correctness')} correctness checks passed "
@@ -271,42 +271,6 @@ def _jobs(asked: int, n: int) -> int:
     if not landlock_available():
         return 1
     return max(1, min(n, asked or max(2, (os.cpu_count() or 2) // 2)))
-
-
-def _durations(record: dict | None = None) -> dict:
-    """How long each track's checks took here last time (its judges' own seconds, Phase.seconds:
-    not the time it waited for a slot, which would put the tracks started last first next time),
-    kept in the grader's cache; `record` adds to it."""
-    try:
-        known = json.loads(DURATIONS.read_text())
-    except (OSError, ValueError):
-        known = {}
-    if record:
-        known.update({k: round(v, 1) for k, v in record.items()})
-        DURATIONS.parent.mkdir(parents=True, exist_ok=True)
-        tmp = DURATIONS.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-        tmp.replace(DURATIONS)
-    return known
-
-
-def _longest_first(pairs):
-    """The order the checks start in: the longest last time first (the whole phase is as long
-    as its last track). Never measured here: a track checked in shares first (declared long:
-    on a GPU host 13's were last to start behind eight builds, and ended the phase), then the
-    tracks that compile, the heaviest builds (CUTLASS's headers, a pybind11 module's
-    torch/extension.h) before the rest, then higher exercise numbers first (bigger shapes). A fresh clone's `make grade` on 2 cores ended on
-    03's build, started last, 17 s after every other track."""
-    known = _durations()
-    return sorted(pairs, key=lambda p: (-known.get(f"{p[0].id}/{p[1].name}", 1e9),
-                                        -p[1].shards, -_build_weight(p[1]),
-                                        -int(p[0].number)))
-
-
-def _build_weight(track: Track) -> int:
-    if not track.sources:
-        return 0
-    return 2 if track.headers or track.python_module else 1
 
 
 def _start_pch() -> None:
