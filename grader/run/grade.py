@@ -32,8 +32,8 @@ from grader.common.pristine import unchanged_starter
 from grader.common.processes import child_env, short_tempdir
 from grader.common.settings import Settings, from_environment
 from grader.run.follow import Follower
-from grader.run.order import durations, longest_first
 from grader.run.gradescope import gradescope, junit, write_json
+from grader.run.order import durations, longest_first
 from grader.run.report import feedback, machine, scorecard, time_report
 from grader.run.results import Phase, TrackResult, track_result
 from grader.run.score import Score, score

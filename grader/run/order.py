@@ -63,11 +63,11 @@ def longest_first(pairs, gpu: bool) -> list:
     ended on 03's build, started last, 17 s after every other track: builds before the rest."""
     known = {**(shipped() if gpu else {}), **durations()}
     return sorted(pairs, key=lambda p: (-known.get(f"{p[0].id}/{p[1].name}", 1e9),
-                                        -p[1].shards, -build_weight(p[1]),
+                                        -p[1].shards, -_build_weight(p[1]),
                                         -int(p[0].number)))
 
 
-def build_weight(track: Track) -> int:
+def _build_weight(track: Track) -> int:
     if not track.sources:
         return 0
     return 2 if track.headers or track.python_module else 1
@@ -78,4 +78,3 @@ def ship(device: str, date: str, commit: str, command: str) -> None:
     SHIPPED.write_text(json.dumps({"device": device, "date": date, "commit": commit,
                                    "command": command, "seconds": durations()},
                                   indent=1, sort_keys=True) + "\n")
-
