@@ -501,3 +501,21 @@ def test_a_kernels_key_does_not_move_with_the_lines_above_it(monkeypatch, tmp_pa
     assert keys_without_line_numbers(JITFunction)  # a second time: wrapped once
     assert not hasattr(vars(owner)["cache_key"].fget.__closure__[0].cell_contents, "without_lines")
 
+
+def test_dy_for_traces_the_reference_once_per_shapes():
+    """A timing asks for an incoming gradient ~26 times at one case: the reference's output
+    shape is traced on fake tensors once per shapes of the arguments; each gradient is new."""
+    from grader.judge.cases import dy_for
+    calls = []
+
+    class Ref:
+        @staticmethod
+        def reference(x, w, eps):
+            calls.append(x.shape)
+            return x[..., :3] * w[:3] + eps
+
+    x, w = torch.randn(4, 5), torch.randn(5)
+    first, second = dy_for(Ref, (x, w, 1e-6), None), dy_for(Ref, (x, w, 1e-6), None)
+    assert first.shape == second.shape == (4, 3) and not torch.equal(first, second)
+    assert len(calls) == 1
+    assert dy_for(Ref, (torch.randn(2, 7), w, 1e-6), None).shape == (2, 3) and len(calls) == 2
