@@ -68,6 +68,21 @@ def test_some_never_written():
     assert msg.startswith("1 elements were never written (first at flat index 106")
 
 
+def test_all_poisoned_is_the_masks_all():
+    """The device-side answer (a gradient that nothing wrote) is the host mask's, per dtype:
+    the poison everywhere, one element written, a NaN computed in place of the poison."""
+    from grader.judge.check import all_poisoned, poisoned as mask
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        whole = poisoned((5, 7), dtype)
+        one = whole.clone()
+        one[2, 3] = 1.0
+        computed = whole.clone()
+        bits = computed.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize])
+        bits[0, 0] |= torch.iinfo(bits.dtype).min  # a NaN with the sign bit: a computed one
+        for g, want in ((whole, True), (one, False), (computed, False), (whole.t(), True)):
+            assert all_poisoned(g) == bool(mask(g).all()) == want, (dtype, want)
+
+
 def test_nan_from_inf_over_inf_is_not_called_unwritten():
     """The issue's case: a NaN the kernel computed (exp overflow, then inf/inf) is not the
     poison of unwritten memory, whatever its position."""

@@ -127,7 +127,7 @@ def value_and_grads(fn, *args, wrt=(0,), dy):
                            f"gradient for every input that requires one")
         grads.append(args[i].grad)
     written = [g for g in grads if g.numel()]
-    if written and all(bool(check.poisoned(g).all()) for g in written):
+    if written and all(check.all_poisoned(g) for g in written):
         e = off_topic(Mismatch(WRITES_NOTHING))
         e.grader_blocks_backward = AWAITS_BACKWARD
         raise e
