@@ -104,16 +104,6 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     trace = lambda what: print(f"[timing]   {mode} {what}: {time.perf_counter() - began:.2f} s",
                                flush=True)
     share = lambda v: tree_map(lambda t: transfer_copy(t) if isinstance(t, torch.Tensor) else t, v)
-    target = ("compiled", b.call, b.wrap) if b.wrap else ("entry", b.call)
-    if batch:
-        # who did the work, at this size: one observed call (raises Delegation / SideStream).
-        # Before the timing: a process's first call pays its first launches (a Triton track's
-        # first timing request took 0.7-1.1 s on an H200, its second and a CUDA track's 0.1-0.4
-        # s), and here that is shared work, beside other timings, not the measurement's turn
-        with gpulock.shared(), torch.no_grad():
-            one = make_inputs(exercise, ref, case, fresh_seed())
-            remote_call(session, target, one, what=f"{b.call}() at the benchmark case")
-        trace("the observed call")
     with gpulock.shared():  # the GPU work around a measurement: beside other timings' (gpulock)
         args = make_inputs(exercise, ref, case, fresh_seed())
         dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
@@ -133,6 +123,12 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     del args, dy, sent, sent_dy
     if not batch:
         return t
+    # who did the work, at this size: one observed call (raises Delegation / SideStream)
+    target = ("compiled", b.call, b.wrap) if b.wrap else ("entry", b.call)
+    with gpulock.shared(), torch.no_grad():
+        one = make_inputs(exercise, ref, case, fresh_seed())
+        remote_call(session, target, one, what=f"{b.call}() at the benchmark case")
+    trace("the observed call")
     # the validated batch, on the judge's clock: K fresh input sets, plus one for the warm-up.
     # An honest op's wall clock agrees with its events; when it does not, the batch runs again
     # on new input sets (up to BATCH_TRIES in all) and the fastest counts: a hiccup of the
