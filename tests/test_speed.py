@@ -167,8 +167,6 @@ def test_an_exercises_baselines_are_timed_by_its_warming_judge_before_its_tracks
     log = []
 
     class FakeJudges:
-        settings = Settings()  # no GPU lock: one timing after another
-
         def release(self, ex, prepared):
             log.append(("baselines", ex.id, prepared))
             return Phase((ev.Warmed(seconds=7.0, timed=True, t=100.0), ev.Done()), 0, None, "")
@@ -194,48 +192,6 @@ def test_an_exercises_baselines_are_timed_by_its_warming_judge_before_its_tracks
     assert {k: t["timing"] for k, t in times.items()} == {k: 4.0 for k in timed}
     assert times[("06_rmsnorm", "triton")]["timing_parts"]["baselines"] == 7.5
     assert times[("06_rmsnorm", "cuda")]["timing_parts"]["baselines"] == 0.5
-
-
-def test_with_the_gpu_lock_exercises_are_timed_side_by_side_each_in_its_order(monkeypatch):
-    """With the grade's GPU lock (grader.judge.gpulock: each measurement alone on the GPU),
-    exercises are timed side by side; within one, its warming judge times the baselines
-    first, then its tracks one after another, as without the lock."""
-    import threading
-    import time as clock
-    exercises = [discover(only=n)[0] for n in ("01", "06", "08", "09")]
-    pairs = [(ex, t) for ex in exercises for t in ex.tracks.values()]
-    spans, lock = [], threading.Lock()
-
-    class FakeJudges:
-        settings = Settings(gpu_lock="/nonexistent/gpu.lock")
-
-        def _span(self, what, ex, name):
-            began = clock.perf_counter()
-            clock.sleep(0.3)
-            with lock:
-                spans.append((what, ex.id, name, began, clock.perf_counter()))
-
-        def release(self, ex, prepared):
-            self._span("baselines", ex, None)
-            return Phase((ev.Warmed(seconds=1.0, timed=True, t=100.0), ev.Done()), 0, None, "")
-
-        def time(self, ex, t, prepared=None):
-            self._span("time", ex, t.name)
-            return Phase((ev.Done(t=114.0),), 0, None, "")
-
-    monkeypatch.setattr(grade_module, "timeable", lambda ex, phase: True)
-    monkeypatch.setattr(grade_module, "gpu_memory_gib", lambda: 139.8)
-    warmed = {ex.id: f"{ex.id}'s warming judge" for ex in exercises}
-    checked = {(ex.id, t.name): None for ex, t in pairs}
-    timed = grade_module._time_all(FakeJudges(), pairs, checked, True, grade_module.Ahead(),
-                                   lambda text: None, 0.0, warmed)
-    assert set(timed) == set(checked) and not warmed
-    for ex in exercises:  # in its order, one after another
-        mine = [s for s in spans if s[1] == ex.id]
-        assert [s[0] for s in mine] == ["baselines"] + ["time"] * len(ex.tracks)
-        assert all(a[4] <= b[3] for a, b in zip(mine, mine[1:]))
-    firsts = [min(s[3] for s in spans if s[1] == ex.id) for ex in exercises]
-    assert max(firsts) < min(s[4] for s in spans)  # all four exercises had begun at once
 
 
 def test_a_released_judge_is_not_signalled_again(monkeypatch, tmp_path):

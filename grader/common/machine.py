@@ -53,19 +53,6 @@ def cuda_devices() -> int:
     return count.value
 
 
-def gpu_memory_gib() -> float:
-    """The first visible GPU's memory in GiB, asked of the driver's library as cuda_devices
-    asks (the same caveat: not in a process that later forks a zygote); 0 without one."""
-    if cuda_devices() == 0:
-        return 0.0
-    cuda = ctypes.CDLL("libcuda.so.1")
-    device, size = ctypes.c_int(0), ctypes.c_size_t(0)
-    if cuda.cuDeviceGet(ctypes.byref(device), 0) != 0 or \
-            cuda.cuDeviceTotalMem_v2(ctypes.byref(size), device) != 0:
-        return 0.0
-    return size.value / 2**30
-
-
 def links_shared_libstdcxx(compiler: str) -> bool:
     """Does `compiler` link libstdc++ as a shared library? An extension must use the process's
     one: a compiler that links it statically (seen: CXX=/opt/gcc/bin/g++ on the GPU machines)

@@ -29,10 +29,6 @@ class Settings:
     check_threads: int | None = None  # torch CPU threads of each checking process
     keep_logs: str | None = None   # a folder: keep every judge's log and events there
     run_cache: str | None = None   # a folder of this run's baseline timings (shared by tracks)
-    gpu_lock: str | None = None    # the grade's GPU lock file: its timings side by side, each
-    #                                measurement alone (grader.judge.gpulock)
-    timing_jobs: int = 0           # exercises timed side by side (0: as the GPU's memory allows;
-    #                                1: one after another, as without the lock)
     bench_repeats: int = 2         # make bench: times the graded case is measured
     first: tuple[str, ...] = ()    # checks run before the others (the watch loop: those that
     #                                failed last time), by name as the scorecard shows them

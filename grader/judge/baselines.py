@@ -21,7 +21,6 @@ from grader.common.paths import BASELINES, warm_marker
 from grader.common.reference import load_reference
 from grader.common.settings import current
 from grader.common.timing import host_ms, make_step, time_step
-from grader.judge import gpulock
 from grader.judge.cases import dy_for, fresh_seed, make_inputs, warm_fake_tensors
 
 
@@ -70,9 +69,8 @@ def time_baselines(exercise, ref, case, mode, fns, *, graded=True) -> dict:
     op; a baseline that cannot be captured is timed by events and says so), with its host time
     at the graded case."""
     b = exercise.benchmark
-    with gpulock.shared():
-        args = make_inputs(exercise, ref, case, fresh_seed())
-        dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+    args = make_inputs(exercise, ref, case, fresh_seed())
+    dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
     out = {}
     for name, fn in fns.items():
         if isinstance(fn, str):
@@ -81,13 +79,12 @@ def time_baselines(exercise, ref, case, mode, fns, *, graded=True) -> dict:
         began = time.perf_counter()
         try:
             run = make_step(fn, args, mode, b.grad_args, dy)
-            with gpulock.exclusive():  # its replays and host time: the GPU alone
-                t = time_step(run, rep_ms=200 if graded else 100)
-                if graded:
-                    t["host_ms"] = host_ms(run)
+            t = time_step(run, rep_ms=200 if graded else 100)
             if "capture_error" in t:
                 e = t.pop("capture_error")
                 t["capture_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            if graded:
+                t["host_ms"] = host_ms(run)
             out[name] = t
         except ImportError as e:
             out[name] = {"error": f"not installed ({e})"}
@@ -129,17 +126,15 @@ def warm_baselines(exercise) -> tuple[float, tuple | None]:
     torch._dynamo.reset()
     failed = not kept and any(isinstance(fn, str) for n, fn in fns.items() if b.compiles(n))
     for mode in b.modes:
-        with gpulock.shared():
-            args = make_inputs(exercise, ref, b.case, fresh_seed())
-            dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+        args = make_inputs(exercise, ref, b.case, fresh_seed())
+        dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
         for name, fn in fns.items():
             # the peers too: Liger-Kernel's first call JIT-compiles its Triton kernels (7-8 s on
             # the GPU host), better done beside the checks than at the timing's turn
             if isinstance(fn, str) or not ((b.compiles(name) and not kept) or name in b.peers):
                 continue
             try:
-                with gpulock.shared():  # its compile's GPU work: never beside a measurement
-                    make_step(fn, args, mode, b.grad_args, dy)()
+                make_step(fn, args, mode, b.grad_args, dy)()
             except Exception:  # the timing phase reports a baseline that fails (a peer not
                 failed = failed or b.compiles(name)  # installed is no reason to warm again)
         del args, dy
@@ -208,9 +203,8 @@ def _revalidated(exercise, ref, mode, fns, kept: dict) -> dict:
     timing's seconds. It stands with the exercise's other baselines: kept when each of them
     re-times within REVALIDATE (the machine has not changed under them), timed again otherwise."""
     b = exercise.benchmark
-    with gpulock.shared():
-        args = make_inputs(exercise, ref, b.case, fresh_seed())
-        dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+    args = make_inputs(exercise, ref, b.case, fresh_seed())
+    dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
     out, compiled = {}, []
     for name, fn in fns.items():
         old = kept.get(name) or {}
@@ -221,8 +215,7 @@ def _revalidated(exercise, ref, mode, fns, kept: dict) -> dict:
             continue
         began = time.perf_counter()
         try:
-            with gpulock.exclusive():
-                look = time_step(make_step(fn, args, mode, b.grad_args, dy), rep_ms=20)["ms"]
+            look = time_step(make_step(fn, args, mode, b.grad_args, dy), rep_ms=20)["ms"]
         except Exception:  # reported by the full timing, which tries again
             continue
         finally:

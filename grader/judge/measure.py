@@ -36,7 +36,6 @@ from grader.common.ceilings import CEILINGS, rate
 from grader.common.paths import CEILINGS as CEILING_CACHE
 from grader.common.seam import transfer_copy, tree_map
 from grader.common.trust import Delegation, SideStream
-from grader.judge import gpulock
 from grader.judge.baselines import baseline_times, prepare_performance
 from grader.judge.cases import dy_for, fresh_seed, make_inputs, nbytes
 from grader.judge.ceilings import measure_ceilings
@@ -104,15 +103,12 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     trace = lambda what: print(f"[timing]   {mode} {what}: {time.perf_counter() - began:.2f} s",
                                flush=True)
     share = lambda v: tree_map(lambda t: transfer_copy(t) if isinstance(t, torch.Tensor) else t, v)
-    with gpulock.shared():  # the GPU work around a measurement: beside other timings' (gpulock)
-        args = make_inputs(exercise, ref, case, fresh_seed())
-        dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
-        sent, sent_dy = share(args), share(dy) if dy is not None else None
-        torch.cuda.synchronize()
-    with gpulock.exclusive():  # its replays and host time: the GPU alone
-        r = session.request("time", entry=b.call, args=sent, mode=mode,
-                            grad_args=list(b.grad_args), dy=sent_dy, wrap=b.wrap,
-                            timeout_s=max(600, session.timeout_s))
+    args = make_inputs(exercise, ref, case, fresh_seed())
+    dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+    torch.cuda.synchronize()
+    r = session.request("time", entry=b.call, args=share(args), mode=mode,
+                        grad_args=list(b.grad_args), dy=share(dy) if dy is not None else None,
+                        wrap=b.wrap, timeout_s=max(600, session.timeout_s))
     t = {k: _ok(r)[k] for k in ("ms", "p20", "p80", "host_ms", "method")}
     if r.get("capture_error"):
         e = r["capture_error"]
@@ -120,13 +116,13 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
             f"{e.get('type')}: {str(e.get('message', '')).splitlines()[0][:300]}"
     spent = ", ".join(f"{k} {v:.2f} s" for k, v in (r.get("seconds") or {}).items())
     trace(f"GPU time ({t['method']}) and host time" + (f" ({spent})" if spent else ""))
-    del args, dy, sent, sent_dy
+    del args, dy
     if not batch:
         return t
     # who did the work, at this size: one observed call (raises Delegation / SideStream)
+    one = make_inputs(exercise, ref, case, fresh_seed())
     target = ("compiled", b.call, b.wrap) if b.wrap else ("entry", b.call)
-    with gpulock.shared(), torch.no_grad():
-        one = make_inputs(exercise, ref, case, fresh_seed())
+    with torch.no_grad():
         remote_call(session, target, one, what=f"{b.call}() at the benchmark case")
     trace("the observed call")
     # the validated batch, on the judge's clock: K fresh input sets, plus one for the warm-up.
@@ -136,9 +132,8 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     # escapes the events escapes them every time. Every batch's outputs are validated.
     per_set = nbytes(one) * 2 + 1
     k = max(2, min(8, BATCH_BYTES // per_set))
-    with gpulock.shared():
-        warm_dy = dy_for(ref, one, exercise) if mode == "forward_backward" else None
-        warmup = share((one, warm_dy))
+    warm_dy = dy_for(ref, one, exercise) if mode == "forward_backward" else None
+    warmup = share((one, warm_dy))
     del one, warm_dy
     walls, problem = [], None
     for attempt in range(BATCH_TRIES):
@@ -164,46 +159,43 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, gr
     (minus an empty request's round trip), and hold every output to float64 of the values the
     judge wrote. Returns (ms per call, the first problem or None)."""
     b = exercise.benchmark
+    staged = [make_inputs(exercise, ref, case, fresh_seed()) for _ in range(k)]
+    sent = share(staged)
+    sent_dys = share([dy_for(ref, s, exercise) for s in staged]) \
+        if mode == "forward_backward" else None
+    del staged
+    torch.cuda.synchronize()
     limit = max(600, session.timeout_s)
-    with gpulock.shared():
-        staged = [make_inputs(exercise, ref, case, fresh_seed()) for _ in range(k)]
-        sent = share(staged)
-        sent_dys = share([dy_for(ref, s, exercise) for s in staged]) \
-            if mode == "forward_backward" else None
-        del staged
-        torch.cuda.synchronize()
-        _ok(session.request("stage", entry=b.call, warmup=warmup, sets=sent, mode=mode,
-                            grad_args=list(b.grad_args), dys=sent_dys, wrap=b.wrap,
-                            graphs=graphs, timeout_s=limit))
-        trace(f"  {k} input sets made, shared and staged")
-        # new values, in place, into the memory the graphs read: what the replays must compute
-        sets, dys = [], []
-        for i, args in enumerate(sent):
-            fresh = make_inputs(exercise, ref, case, fresh_seed())
-            sets.append(_refill(args, fresh))
-            if sent_dys is not None:
-                dys.append(_refill(sent_dys[i], dy_for(ref, sets[-1], exercise)))
-        torch.cuda.synchronize()
-    with gpulock.exclusive():  # the judge's clock around the replays: the GPU alone
-        start = time.perf_counter()
-        session.request("noop")
-        noop = time.perf_counter() - start
-        start = time.perf_counter()
-        _ok(session.request("go", timeout_s=limit))
-        wall = time.perf_counter() - start
+    _ok(session.request("stage", entry=b.call, warmup=warmup, sets=sent, mode=mode,
+                        grad_args=list(b.grad_args), dys=sent_dys, wrap=b.wrap, graphs=graphs,
+                        timeout_s=limit))
+    trace(f"  {k} input sets made, shared and staged")
+    # new values, in place, into the memory the graphs read: what the replays must compute from
+    sets, dys = [], []
+    for i, args in enumerate(sent):
+        fresh = make_inputs(exercise, ref, case, fresh_seed())
+        sets.append(_refill(args, fresh))
+        if sent_dys is not None:
+            dys.append(_refill(sent_dys[i], dy_for(ref, sets[-1], exercise)))
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    session.request("noop")
+    noop = time.perf_counter() - start
+    start = time.perf_counter()
+    _ok(session.request("go", timeout_s=limit))
+    wall = time.perf_counter() - start
     trace("  new values written, the batch run")
-    with gpulock.shared():
-        reply = _ok(session.request("collect", timeout_s=limit))
-        outs = [[o.clone() if isinstance(o, torch.Tensor) else None for o in call]
-                for call in reply["outs"]]
-        del sent, sent_dys, reply
-        trace("  outputs collected")
-        problem = None
-        for i, s in enumerate(sets):
-            problem = validate(exercise, ref, s, mode, outs[i], dys[i] if dys else None)
-            if problem:
-                problem = f"call {i + 1} of {k}: {problem}"
-                break
+    reply = _ok(session.request("collect", timeout_s=limit))
+    outs = [[o.clone() if isinstance(o, torch.Tensor) else None for o in call]
+            for call in reply["outs"]]
+    del sent, sent_dys, reply
+    trace("  outputs collected")
+    problem = None
+    for i, s in enumerate(sets):
+        problem = validate(exercise, ref, s, mode, outs[i], dys[i] if dys else None)
+        if problem:
+            problem = f"call {i + 1} of {k}: {problem}"
+            break
     # what a captured call holds fixed (its scalars), per set, for the calls run alone below
     fixed = [tree_map(lambda v: None if isinstance(v, torch.Tensor) else v, s) for s in sets]
     del sets, dys, outs
@@ -211,9 +203,8 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, gr
     problem = problem or _each_call_its_own(session, exercise, ref, case, mode, fixed, share,
                                             limit)
     trace("  each call run alone on new values and validated")
-    with gpulock.shared():
-        _ok(session.request("unstage"))
-        torch.cuda.empty_cache()
+    _ok(session.request("unstage"))
+    torch.cuda.empty_cache()
     return max(wall - noop, 1e-6) * 1e3 / k, problem
 
 
@@ -225,15 +216,13 @@ def _each_call_its_own(session, exercise, ref, case, mode, fixed, share, limit) 
     own hand back the previous values' answers."""
     k = len(fixed)
     for i in random.Random(fresh_seed()).sample(range(k), k):
-        with gpulock.shared():  # one call at a time: a waiting measurement gets in between
-            args = _with_fixed(fixed[i], make_inputs(exercise, ref, case, fresh_seed()))
-            dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
-            reply = _ok(session.request("prove", index=i, args=share(args),
-                                        dy=share(dy) if dy is not None else None,
-                                        timeout_s=limit))
-            outs = [o.clone() if isinstance(o, torch.Tensor) else None for o in reply["outs"]]
-            del reply
-            problem = validate(exercise, ref, args, mode, outs, dy)
+        args = _with_fixed(fixed[i], make_inputs(exercise, ref, case, fresh_seed()))
+        dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+        reply = _ok(session.request("prove", index=i, args=share(args),
+                                    dy=share(dy) if dy is not None else None, timeout_s=limit))
+        outs = [o.clone() if isinstance(o, torch.Tensor) else None for o in reply["outs"]]
+        del reply
+        problem = validate(exercise, ref, args, mode, outs, dy)
         if problem:
             return (f"call {i + 1} of {k}, run alone on new values, did not compute its own "
                     f"answer (one launch serving several timed calls?): {problem}")
@@ -348,9 +337,6 @@ def grade_performance(exercise, track, session, record, prepared: tuple | None =
         figures[mode] = f
         if problem:
             break
-    print(f"[timing] waited for the GPU lock: {gpulock.waited['shared']:.1f} s shared, "
-          f"{gpulock.waited['exclusive']:.1f} s exclusive; the judge's peak GPU memory "
-          f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
     c = CEILINGS[b.ceiling]
     # figures only: the credit they earn is grader.run.score's, in the parent
     record(ev.Performance(

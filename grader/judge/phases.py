@@ -64,8 +64,7 @@ def run_phase(args, began: float, early, spawner) -> int:
 
 
 def _wait_at(gate, record) -> None:
-    """Ready: wait until the grade opens the gate (its turn; each measurement then takes the
-    GPU lock, grader.judge.gpulock)."""
+    """Ready: wait until the grade opens the gate (the GPU is this judge's then)."""
     record(ev.Ready())
     while not gate.exists():
         time.sleep(0.01)

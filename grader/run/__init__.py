@@ -1,5 +1,5 @@
 """Run: the grade process. It discovers the exercises, starts a judge per track and phase (side
-by side for the checks, and for the timings with each measurement alone on the GPU), follows their events for the
+by side for the checks, one at a time on the GPU for the timings), follows their events for the
 live display, scores every track from what the judges recorded and writes the scorecard,
 results.json and JUnit XML. It never imports torch's heavy parts where there is no GPU, nor a
 submission, nor a judge's modules.

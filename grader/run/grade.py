@@ -3,12 +3,12 @@
     discover -> build -> check -> time -> score -> report
 
 `grade(Submission(...))` checks every track in judges of their own (grader.run.tracks), side by side
-(`jobs` at once; the GPU is shared fine for checks), then times the timeable tracks, a few
-exercises side by side with each measurement alone on the GPU (grader.judge.gpulock), then scores (grader.run.score) and returns a `Grade` whose rows the reports are made from
+(`jobs` at once; the GPU is shared fine for checks), then times each timeable track alone on
+the GPU, then scores (grader.run.score) and returns a `Grade` whose rows the reports are made from
 (grader.run.report). While the checks run, the exercises' compiled baselines are warmed in judges of
 their own (which then time every baseline at their turn, before the exercise's tracks), and the
 first timings' judges get ready (their processes, torch, CUDA, the baselines' callables), each
-waiting at its gate until its turn.
+waiting at its gate until the GPU is its own.
 """
 from __future__ import annotations
 
@@ -26,12 +26,7 @@ from pathlib import Path
 
 from grader.common import events as ev
 from grader.common.discover import Exercise, Track
-from grader.common.machine import (
-    cuda_devices,
-    driver_loaded,
-    gpu_memory_gib,
-    landlock_available,
-)
+from grader.common.machine import cuda_devices, driver_loaded, landlock_available
 from grader.common.paths import ROOT, aot_dir, warm_marker
 from grader.common.pristine import unchanged_starter
 from grader.common.processes import child_env, short_tempdir
@@ -49,11 +44,6 @@ from grader.run.zygotes import ZygoteError, start_zygotes
 # waits for all of them (their compiles run on the GPU): with 3, the again run's last one (13)
 # was ready 6-14 s after the checks had ended (docs/performance.md, "Grading time")
 WARM_JOBS = 4
-# exercises timed side by side, each measurement alone on the GPU (grader.judge.gpulock): the
-# rest of a timing (staging, float64 validation, each call alone) was most of its seconds
-TIMING_JOBS = 4
-TIMING_GIB = 30  # GPU memory one timing may take: its staged sets (measure.BATCH_BYTES, 12 GiB)
-#                  and their float64 validation
 FORK_AT = 2  # judges in one grade from which its processes are forked from zygotes (below)
 
 @dataclass(frozen=True)
@@ -124,9 +114,6 @@ def grade(sub: Submission, progress=None) -> Grade:
             # sandboxed submission cannot): grader.judge.baselines.baseline_times. A batch
             # passes its own folder: the whole class on one GPU shares one measurement
             settings = settings.replace(run_cache=settings.run_cache or run_cache)
-        if bench and landlock_available():  # the timings side by side (_time_all)
-            settings = settings.replace(
-                gpu_lock=settings.gpu_lock or str(Path(run_cache) / "gpu.lock"))
         judges = Judges(tree, settings, follower, forker)
         if bench and landlock_available():  # no snapshot to take around a judge started ahead
             ahead.start(judges, [(ex, t) for ex, t in pairs if ex.benchmark is not None])
@@ -263,9 +250,8 @@ def _shares(track: Track, settings: Settings, tracks: int = 1) -> list[Settings]
     if not driver_loaded():
         # QUICK's few checks are done before a second judge pays off: 13's took 10.2-11.6 s in
         # one judge, 14.1-14.6 s in two (2 cores, 4 alternated runs each, 2026-11-29)
-        # a CUDA track without a C++ CPU path runs one check here: one judge
-        n = 1 if settings.examples or settings.select or settings.quick or \
-            (track.sources and not track.cpu) else min(most, cores // max(1, tracks))
+        n = 1 if settings.examples or settings.select or settings.quick else \
+            min(most, cores // max(1, tracks))
     else:
         # QUICK's few examples: more judges would each start up for one or two of them
         n = track.shards if tracks > 1 or settings.quick else \
@@ -355,54 +341,32 @@ def _warm(judges: Judges, ex, gpu: str) -> Prepared | None:
 
 def _time_all(judges: Judges, pairs, checked, bench, ahead: Ahead, say, start,
               warmed: dict) -> dict:
-    """Every timeable track's timing, in exercise order, `_timing_jobs` exercises at a time
-    (each measurement alone on the GPU all the same: grader.judge.gpulock); within an
-    exercise, its baselines first, timed by its warming judge (`warmed`: exercise id -> that
-    judge, at its gate; taken from it as it goes), then its tracks one after another. The next
-    tracks' judges are started ahead (each waits at its gate). Returns the timing phases by
-    (exercise id, track)."""
+    """Each timing alone on the GPU, in exercise order, the next AHEAD tracks' judges started
+    while one times (each waits at its gate), an exercise's baselines timed first by its
+    warming judge (`warmed`: exercise id -> that judge, at its gate; taken from it as it goes);
+    the timing phases by (exercise id, track)."""
     if not bench:
         return {}
     order = [(ex, t) for ex, t in pairs if timeable(ex, checked[(ex.id, t.name)])]
     ahead.drop(keep=order)  # tracks that turned out not to be timed
-    jobs = _timing_jobs(judges.settings)
-    exercises: dict[str, list] = {}
-    for k, (ex, t) in enumerate(order):
-        exercises.setdefault(ex.id, []).append((k, ex, t))
     timed = {}
-
-    def one_exercise(tracks) -> None:
-        for k, ex, t in tracks:
-            began = time.perf_counter()
-            if ahead.judges is not None:
-                ahead.ensure(order[k:k + jobs + AHEAD])
-            baselines = ()
-            if ex.id in warmed:
-                phase = judges.release(ex, warmed.pop(ex.id))
-                baselines = tuple(e for e in phase.events if isinstance(e, ev.Warmed) and e.timed)
-                say(f"timed {ex.id}'s baselines in {time.perf_counter() - began:.0f} s "
-                    f"({time.perf_counter() - start:.0f} s)")
-                began = time.perf_counter()
-            phase = judges.time(ex, t, ahead.take(ex, t))
-            # the time report counts the baselines' seconds with the track they were timed for
-            timed[(ex.id, t.name)] = dataclasses.replace(phase, events=baselines + phase.events)
-            say(f"timed {ex.id} [{t.name}] in {time.perf_counter() - began:.0f} s "
+    for k, (ex, t) in enumerate(order):
+        began = time.perf_counter()
+        if ahead.judges is not None:
+            ahead.ensure(order[k:k + 1 + AHEAD])
+        baselines = ()
+        if ex.id in warmed:
+            phase = judges.release(ex, warmed.pop(ex.id))
+            baselines = tuple(e for e in phase.events if isinstance(e, ev.Warmed) and e.timed)
+            say(f"timed {ex.id}'s baselines in {time.perf_counter() - began:.0f} s "
                 f"({time.perf_counter() - start:.0f} s)")
-
-    with ThreadPoolExecutor(jobs, thread_name_prefix="grader-timing") as pool:
-        for f in [pool.submit(one_exercise, tracks) for tracks in exercises.values()]:
-            f.result()  # a raise stops the grade, as one timing after another did
+            began = time.perf_counter()
+        phase = judges.time(ex, t, ahead.take(ex, t))
+        # the time report counts the baselines' seconds with the track they were timed for
+        timed[(ex.id, t.name)] = dataclasses.replace(phase, events=baselines + phase.events)
+        say(f"timed {ex.id} [{t.name}] in {time.perf_counter() - began:.0f} s "
+            f"({time.perf_counter() - start:.0f} s)")
     return timed
-
-
-def _timing_jobs(settings: Settings) -> int:
-    """Exercises timed side by side: TIMING_JOBS where the grade holds a GPU lock (each
-    measurement then has the GPU alone: grader.judge.gpulock), fewer where the GPU's memory
-    holds fewer timings at once (TIMING_GIB each), one without the lock; Settings.timing_jobs
-    where it is set (1: one after another)."""
-    if not settings.gpu_lock:
-        return 1
-    return settings.timing_jobs or max(1, min(TIMING_JOBS, int(gpu_memory_gib() // TIMING_GIB)))
 
 
 def write_reports(grade: Grade, *, full: bool, repro: str | None = None, json_path=None,

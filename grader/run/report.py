@@ -163,8 +163,8 @@ def time_report(rows, seconds: float) -> str:
                       file=io.StringIO())
     console.print(table)
     text = "\n".join(line.rstrip() for line in console.export_text().splitlines())
-    return f"Where the {seconds:.0f} s went (per track; checks run side by side, and timings, " \
-           f"each measurement alone on the GPU)\n\n{text.strip(chr(10))}"
+    return f"Where the {seconds:.0f} s went (per track; checks run side by side, timings one " \
+           f"at a time)\n\n{text.strip(chr(10))}"
 
 
 def feedback(ex: Exercise, r: TrackResult, s: Score, *, full: bool = False) -> str:

@@ -105,8 +105,7 @@ class Judges:
         return guard.restored(phase)
 
     def release(self, exercise: Exercise, prepared: Prepared) -> Phase:
-        """Open a judge's gate (its turn: its measurements wait for the GPU lock, where the
-        grade has one) and follow it to its end."""
+        """Open a judge's gate (the GPU is its own now) and follow it to its end."""
         prepared.gate.touch()
         with prepared.tmp:
             return self.wait(prepared.judge, prepared.track, self._limit(exercise))
