@@ -250,8 +250,9 @@ def _shares(track: Track, settings: Settings, tracks: int = 1) -> list[Settings]
     if not driver_loaded():
         # QUICK's few checks are done before a second judge pays off: 13's took 10.2-11.6 s in
         # one judge, 14.1-14.6 s in two (2 cores, 4 alternated runs each, 2026-11-29)
-        n = 1 if settings.examples or settings.select or settings.quick else \
-            min(most, cores // max(1, tracks))
+        # a CUDA track without a C++ CPU path runs one check here: one judge
+        n = 1 if settings.examples or settings.select or settings.quick or \
+            (track.sources and not track.cpu) else min(most, cores // max(1, tracks))
     else:
         # QUICK's few examples: more judges would each start up for one or two of them
         n = track.shards if tracks > 1 or settings.quick else \
