@@ -31,24 +31,25 @@ _POISON_BITS = {torch.float32: (torch.int32, 0x7FC00000), torch.float16: (torch.
                 torch.float64: (torch.int64, 0x7FF8000000000000)}
 
 
-def poisoned(got: torch.Tensor) -> torch.Tensor:
-    """Flat bool mask (CPU): the elements still holding the poison bit pattern (never written)."""
+def _poison_mask(got: torch.Tensor) -> torch.Tensor:
+    """Flat bool mask, where `got` lives: the elements still holding the poison bit pattern."""
     if got.dtype not in _POISON_BITS:
-        return torch.isnan(got.detach().reshape(-1).to(torch.float64)).cpu()
+        return torch.isnan(got.detach().reshape(-1).to(torch.float64))
     ity, pattern = _POISON_BITS[got.dtype]
     flat = got.detach().contiguous().reshape(-1).view(ity)
-    return (flat == torch.tensor(pattern, dtype=torch.int64).to(ity)).cpu()
+    return flat == torch.tensor(pattern, dtype=torch.int64).to(ity)
+
+
+def poisoned(got: torch.Tensor) -> torch.Tensor:
+    """Flat bool mask (CPU): the elements still holding the poison bit pattern (never written)."""
+    return _poison_mask(got).cpu()
 
 
 def all_poisoned(got: torch.Tensor) -> bool:
     """Does every element still hold the poison (nothing written)? Reduced where the tensor
     lives: poisoned()'s whole mask copied to the host for this was 95 ms of the 131 ms that
     validating one of 08's forward+backward calls took against float64 (an H200, 2026-11-30)."""
-    if got.dtype not in _POISON_BITS:
-        return bool(torch.isnan(got.detach()).all())
-    ity, pattern = _POISON_BITS[got.dtype]
-    flat = got.detach().contiguous().reshape(-1).view(ity)
-    return bool((flat == torch.tensor(pattern, dtype=torch.int64).to(ity)).all())
+    return bool(_poison_mask(got).all())
 
 
 def _fmt(v: float, digits: int = 6) -> str:
