@@ -251,3 +251,17 @@ def test_value_bound_holds_the_rounding_of_delta(ref):
     checks._close(exercise, got, want, torch.bfloat16)
     with pytest.raises(Mismatch, match="dq"):
         checks._close(exercise, got, tuple(want), torch.bfloat16)
+
+
+def test_the_references_memory_guard_lets_a_shape_trace_through(ref):
+    """The grader traces the reference on fake tensors for an output's shape (dy_for: 13's
+    timing and its warming judge). A fake tensor holds no memory, so the guard that refuses the
+    S x S matrices where they do not fit must not ask the GPU about them: on an H200 busy with
+    the checks it refused (47 GiB free) and the warming judge died, its baselines then compiled
+    and timed in the timing phase (31.5 s against 6-7 s; 2026-11-30). Here, without a GPU, the
+    question itself raised."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        q = torch.empty(1, 16, 16384, 64, dtype=torch.bfloat16, device="cuda")
+        out = ref.reference(q, q, q, True)
+    assert tuple(out.shape) == (1, 16, 16384, 64) and out.dtype == torch.bfloat16

@@ -2,6 +2,8 @@
 one judge, a crash in one share is the track's crash, QUICK says what it leaves out, and the
 specializations Triton would compile are counted by Triton's own rule."""
 import dataclasses
+import os
+import sys
 import types
 
 import torch
@@ -371,8 +373,10 @@ def test_a_fresh_gpu_host_orders_the_checks_by_the_shipped_figures(monkeypatch, 
     on_gpu = [key(p) for p in order.longest_first(pairs, gpu=True)]
     assert on_gpu == sorted(shipped, key=lambda k: -shipped[k])
     declared = [key(p) for p in order.longest_first(pairs, gpu=False)]
-    assert declared[:2] == ["13_flash_attention/triton", "08_add_rmsnorm/triton"]  # in shares
-    assert declared.index("12_matmul_tc/triton") > declared.index("02_scale/cuda")  # builds
+    in_shares = [key(p) for p in pairs if p[1].shards > 1]
+    assert declared[0] == "13_flash_attention/triton"  # in the most shares
+    assert sorted(declared[:len(in_shares)]) == sorted(in_shares)
+    assert declared.index("09_rmsnorm_quant/triton") > declared.index("02_scale/cuda")  # builds
     order.durations({"01_vector_add/triton": 1000.0})  # measured here: first, whatever shipped
     assert [key(p) for p in order.longest_first(pairs, gpu=True)][0] == "01_vector_add/triton"
 
@@ -475,3 +479,68 @@ def test_dy_for_traces_the_reference_once_per_shapes():
     assert first.shape == second.shape == (4, 3) and not torch.equal(first, second)
     assert len(calls) == 1
     assert dy_for(Ref, (torch.randn(2, 7), w, 1e-6), None).shape == (2, 3) and len(calls) == 2
+
+
+def _fake_package(tmp_path, name, compiled):
+    src = tmp_path / name / "__init__.py"
+    src.parent.mkdir(parents=True)
+    src.write_text("")
+    if compiled:
+        (src.parent / "__pycache__").mkdir()
+        pyc = src.parent / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
+        pyc.write_bytes(b"")
+    return types.SimpleNamespace(origin=str(src))
+
+
+def test_packages_without_bytecode_get_the_graders_bytecode_cache(monkeypatch, tmp_path):
+    """Where torch or sympy was installed without its bytecode (uv's default), the judges and
+    zygotes keep the bytecode of what they import in the grader's cache: the submission cannot
+    write there under Landlock, and nothing lands in a tree. Where the packages have theirs, or
+    there is no sandbox, or the user chose a prefix, no bytecode is written at all, as before."""
+    from grader.common import processes
+    from grader.common.paths import PYCACHE
+    from grader.submission.__main__ import _writable_roots
+    specs = {"torch": _fake_package(tmp_path, "torch", compiled=True),
+             "sympy": _fake_package(tmp_path, "sympy", compiled=False)}
+    monkeypatch.setattr(processes.importlib.util, "find_spec", specs.get)
+    processes.packages_without_bytecode.cache_clear()
+    try:
+        assert processes.packages_without_bytecode()
+        env = processes.no_bytecode_in_trees({"PYTHONDONTWRITEBYTECODE": "1"}, sandboxed=True)
+        assert env == {"PYTHONPYCACHEPREFIX": str(PYCACHE)}
+        assert processes.no_bytecode_in_trees({}, sandboxed=False) == \
+            {"PYTHONDONTWRITEBYTECODE": "1"}
+        assert processes.no_bytecode_in_trees({"PYTHONPYCACHEPREFIX": "/mine"}, True) == \
+            {"PYTHONPYCACHEPREFIX": "/mine", "PYTHONDONTWRITEBYTECODE": "1"}
+        specs["sympy"] = _fake_package(tmp_path / "b", "sympy", compiled=True)
+        processes.packages_without_bytecode.cache_clear()
+        assert not processes.packages_without_bytecode()
+        assert processes.no_bytecode_in_trees({}, sandboxed=True) == \
+            {"PYTHONDONTWRITEBYTECODE": "1"}
+    finally:
+        processes.packages_without_bytecode.cache_clear()
+    args = types.SimpleNamespace(tree=str(ROOT / "solutions"), exercise="05_softmax",
+                                 track="triton", scratch=str(tmp_path / "scratch"))
+    assert not any(PYCACHE.resolve().is_relative_to(r.resolve()) for r in _writable_roots(args))
+
+
+def test_checks_step_aside_for_the_builds_beside_them(tmp_path):
+    """A grade of several judges where a track builds runs its checking judges at a lower
+    priority (Settings.niced), once per process however often asked; the timing and warming
+    judges, which measure, keep theirs, and so does a grade with nothing to build."""
+    import subprocess
+    from grader.common.processes import NICE, child_env
+    from grader.run.grade import _checking
+    ex = {e.id: e for e in discover()}
+    cuda = [(ex["02_scale"], ex["02_scale"].tracks["cuda"])]
+    triton = [(ex["05_softmax"], ex["05_softmax"].tracks["triton"])]
+    assert _checking(Settings(), cuda + triton, judges=2).niced
+    assert not _checking(Settings(), triton * 2, judges=2).niced
+    assert not _checking(Settings(), cuda, judges=1).niced
+    assert not _checking(Settings(build="aot"), cuda + triton, judges=2).niced
+    probe = ("import os; from grader.common.processes import step_aside; before = os.nice(0); "
+             "step_aside(); step_aside(); print(os.nice(0) - before)")
+    for niced, expect in ((True, NICE), (False, 0)):
+        out = subprocess.run([sys.executable, "-c", probe], env=child_env(Settings(niced=niced)),
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        assert int(out) == min(expect, 19 - os.nice(0)), out

@@ -24,6 +24,7 @@ WARM = CACHE / "warm"               # markers: an exercise's compiled baselines 
 BASELINES = CACHE / "baselines"     # QUICK: the baselines' last timings on this GPU
 DURATIONS = CACHE / "durations.json"  # how long each track's checks took last time
 PCH_DIR = CACHE / "pch"             # the bindings' precompiled header (grader.submission.pch)
+PYCACHE = CACHE / "pycache"         # Python's bytecode of the packages, where they keep none
 PCH_LOCK = PCH_DIR / "building.lock"  # held while a PCH is being made (whichever its flags)
 
 

@@ -7,11 +7,15 @@ the learner, from its exit status and its log. Standard library only.
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import signal
+import sys
 import tempfile
+from pathlib import Path
 
-from grader.common.paths import ROOT
+from grader.common.paths import PYCACHE, ROOT
 from grader.common.settings import Settings, current
 
 TMPDIR_MAX = 44  # bytes of a temporary folder's path that a grade's processes can work in
@@ -42,6 +46,69 @@ def child_env(settings: Settings | None = None) -> dict:
         [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    return env
+
+
+NICE = 10  # a checking process's niceness beside builds: a nice-0 process gets ~9x its CPU share
+
+
+def step_aside() -> None:
+    """Where the grade asks it (Settings.niced: the checks of several tracks, some of which
+    build), this process runs at a lower priority than the builds: a judge from its start, a
+    submission's process once its own build is done (its compiler runs at the priority it was
+    started with). A build is one long chain of single-threaded compiles that holds up every
+    check of its track; the checks' own work (Triton's compiles, float64 references) is spread
+    over many processes. In a fresh grade on the GPU host, 12 [cutlass]'s build took 62 s alone
+    and 78-84 s beside the other tracks' checks, and the checks of every other track were done
+    12 s before its own (2026-11-30, docs/performance.md, "Grading time"). Timing and warming
+    judges never step aside: they measure."""
+    if current().niced and not _STEPPED:
+        _STEPPED.append(True)
+        try:
+            os.nice(NICE)
+        except OSError:  # not allowed here: the same priority as before
+            pass
+
+
+_STEPPED: list = []  # once per process
+
+
+# the largest pure-Python imports of every grader process (torch._dynamo brings sympy)
+PACKAGES = ("torch", "sympy")
+
+
+@functools.cache
+def packages_without_bytecode() -> bool:
+    """Were the installed packages installed without their bytecode (uv's default, an image
+    built with PYTHONDONTWRITEBYTECODE)? Then every process compiles every module it imports
+    from source, and on the GPU hosts a zygote's imports took 8.5-10.6 s, of which sympy's 1.8 s
+    against 0.26 s here where the bytecode is there (2026-11-30, docs/performance.md, "Grading
+    time"). Asks where the packages are without importing them."""
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not (spec.origin or "").endswith(".py"):
+            continue
+        source = Path(spec.origin)
+        if not (source.parent / "__pycache__" /
+                f"{source.stem}.{sys.implementation.cache_tag}.pyc").exists():
+            return True
+    return False
+
+
+def no_bytecode_in_trees(env: dict, sandboxed: bool) -> dict:
+    """`env` for a judge or a zygote, which import the exercises' files and the grader's: no
+    __pycache__ left in the repository or a learner's tree. Where the packages have no bytecode
+    of their own and the submission cannot write the grader's cache (`sandboxed`: Landlock),
+    the bytecode of everything imported is kept there instead (PYTHONPYCACHEPREFIX), so that a
+    process imports torch and sympy from bytecode after the first grade. The submission's
+    process still writes none (grader.submission: it may read it). A prefix the user set
+    stands."""
+    if "PYTHONPYCACHEPREFIX" not in env and sandboxed and packages_without_bytecode():
+        env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    if env.get("PYTHONPYCACHEPREFIX") == str(PYCACHE):
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 

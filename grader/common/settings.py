@@ -27,6 +27,8 @@ class Settings:
     repro: str | None = None       # CHECK@BLOB: run one failing example again, alone
     select: str | None = None      # a pytest -k expression (the project's own tests)
     check_threads: int | None = None  # torch CPU threads of each checking process
+    niced: bool = False            # a checking process steps aside for the builds beside it
+    #                                (grader.common.processes.step_aside)
     keep_logs: str | None = None   # a folder: keep every judge's log and events there
     run_cache: str | None = None   # a folder of this run's baseline timings (shared by tracks)
     bench_repeats: int = 2         # make bench: times the graded case is measured

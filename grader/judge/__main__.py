@@ -26,6 +26,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 # Nothing imported at the top imports torch: the submission's process starts first (below).
+from grader.common.processes import step_aside  # noqa: E402
 from grader.common.settings import current  # noqa: E402
 from grader.judge.spawn import Spawner  # noqa: E402
 
@@ -50,6 +51,8 @@ def main(argv=None) -> int:
         # the submission's process starts now and imports its torch while this one imports its
         # own (torch is not imported yet here): 2-4 s less per track
         early = spawner.start(args.tree, args.exercise, args.track)
+    if args.phase == "checks":
+        step_aside()  # after the start above: a submission's process started here inherits it
     # torch, pytest and the rest, imported only now: after the start above
     from grader.judge.phases import run_phase
     return run_phase(args, BEGAN, early, spawner)

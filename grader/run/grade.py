@@ -94,6 +94,7 @@ def grade(sub: Submission, progress=None) -> Grade:
     if settings.build == "jit" and any(s.endswith(".cpp") for _, t in pairs for s in t.sources):
         _start_pch()
     say = progress.print if progress is not None else (lambda text: None)
+    checking = _checking(settings, pairs, judges)
     ahead = Ahead()
     with Follower() as follower, _forking(sub.forker, judges, settings, say) as forker, \
             ThreadPoolExecutor(jobs) as pool, ThreadPoolExecutor(WARM_JOBS) as warming, \
@@ -102,7 +103,7 @@ def grade(sub: Submission, progress=None) -> Grade:
             follower.subscribe(subscriber)
         todo = {pool.submit(_check, Judges(tree, share, follower, forker), ex, t, say): (ex, t)
                 for ex, t in longest_first(pairs, driver_loaded())
-                for share in _shares(t, settings, len(pairs))}
+                for share in _shares(t, checking, len(pairs))}
         shares_of: dict[tuple, int] = {}
         for ex, t in todo.values():
             shares_of[(ex.id, t.name)] = shares_of.get((ex.id, t.name), 0) + 1
@@ -260,6 +261,13 @@ def _shares(track: Track, settings: Settings, tracks: int = 1) -> list[Settings]
     if n <= 1 or not landlock_available() or settings.repro or settings.sanitize:
         return [settings]
     return [settings.replace(shard=(i, n)) for i in range(n)]
+
+
+def _checking(settings: Settings, pairs, judges: int) -> Settings:
+    """The checking judges' settings: they step aside for the builds beside them
+    (grader.common.processes.step_aside) where several judges run and a track builds here."""
+    return settings.replace(niced=judges > 1 and settings.build == "jit" and any(
+        t.sources for _, t in pairs))
 
 
 def _jobs(asked: int, n: int) -> int:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.common.paths import INDUCTOR, ROOT
-from grader.common.processes import child_env
+from grader.common.machine import landlock_available
+from grader.common.processes import child_env, no_bytecode_in_trees
 from grader.common.settings import Settings
 
 
@@ -46,8 +47,7 @@ def start_judge(tree: Path, exercise, track, phase: str, events: Path, settings:
            "--scratch-in", str(events.parent)]
     if gate is not None:
         cmd += ["--gate", str(gate)]
-    env = child_env(settings)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env = no_bytecode_in_trees(child_env(settings), landlock_available())
     # the judge's torch.compile caches (the baselines) in the grader's cache, beside the marker
     # that says they are warm (grader.common.paths.warm_marker); a submission's are its own
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR))

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from grader.common.forking import MODULES, Forker, ZygoteError, pair, recv, send
 from grader.common.paths import INDUCTOR, ROOT
-from grader.common.processes import child_env
+from grader.common.machine import landlock_available
+from grader.common.processes import child_env, no_bytecode_in_trees
 
 
 class Zygote:
@@ -94,8 +95,7 @@ def start_zygotes(settings, gpu: bool, folder: Path) -> list:
     inherits, that process's too, which asks for Triton's interpreter before importing triton
     where there is no GPU. Raises ZygoteError (neither left running) where one refused to
     serve or died."""
-    env = child_env(settings)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env = no_bytecode_in_trees(child_env(settings), landlock_available())
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR))
     sub_env = dict(env, **({} if gpu else {"TRITON_INTERPRET": "1"}))
     judge_end, sub_end = pair()

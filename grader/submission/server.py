@@ -26,6 +26,7 @@ from grader.common import seam
 from grader.common.discover import load_exercise
 from grader.common.paths import EXERCISES
 from grader.common.poison import poison_fresh_memory
+from grader.common.processes import step_aside
 from grader.common.pyfile import LoadError
 from grader.common.trust import allowed_ops
 from grader.submission.build_errors import BuildError
@@ -171,6 +172,12 @@ class SubmissionServer(Timed):
         return info
 
     def do_load(self) -> dict:
+        try:
+            return self._load()
+        finally:
+            step_aside()  # the build (if any) is done: the checks beside other builds
+
+    def _load(self) -> dict:
         start = time.perf_counter()
         try:
             self.impl = load_track(Path(self.args.tree), self.exercise, self.track, self.early)
