@@ -524,20 +524,30 @@ def test_packages_without_bytecode_get_the_graders_bytecode_cache(monkeypatch, t
     assert not any(PYCACHE.resolve().is_relative_to(r.resolve()) for r in _writable_roots(args))
 
 
-def test_checks_step_aside_for_the_builds_beside_them(tmp_path):
-    """A grade of several judges where a track builds runs its checking judges at a lower
-    priority (Settings.niced), once per process however often asked; the timing and warming
-    judges, which measure, keep theirs, and so does a grade with nothing to build."""
+def test_checks_step_aside_for_the_builds_beside_them(monkeypatch, tmp_path):
+    """A grade of several judges where a track builds, on a GPU host of many cores, runs its
+    checking judges at a lower priority (Settings.niced), once per process however often
+    asked; the timing and warming judges, which measure, keep theirs, and so does a grade with
+    nothing to build, or on a machine of few cores or without a GPU (a check there could wait
+    out its time limit behind the builds)."""
     import subprocess
     from grader.common.processes import NICE, child_env
-    from grader.run.grade import _checking
+    from grader.run.grade import STEP_ASIDE_CORES, _checking
     ex = {e.id: e for e in discover()}
     cuda = [(ex["02_scale"], ex["02_scale"].tracks["cuda"])]
     triton = [(ex["05_softmax"], ex["05_softmax"].tracks["triton"])]
+    monkeypatch.setattr(grade_module, "driver_loaded", lambda: True)
+    monkeypatch.setattr(grade_module.os, "cpu_count", lambda: 16)
     assert _checking(Settings(), cuda + triton, judges=2).niced
     assert not _checking(Settings(), triton * 2, judges=2).niced
     assert not _checking(Settings(), cuda, judges=1).niced
     assert not _checking(Settings(build="aot"), cuda + triton, judges=2).niced
+    monkeypatch.setattr(grade_module.os, "cpu_count", lambda: STEP_ASIDE_CORES - 1)
+    assert not _checking(Settings(), cuda + triton, judges=2).niced
+    monkeypatch.setattr(grade_module.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(grade_module, "driver_loaded", lambda: False)
+    assert not _checking(Settings(), cuda + triton, judges=2).niced
+    monkeypatch.undo()
     probe = ("import os; from grader.common.processes import step_aside; before = os.nice(0); "
              "step_aside(); step_aside(); print(os.nice(0) - before)")
     for niced, expect in ((True, NICE), (False, 0)):

@@ -263,11 +263,18 @@ def _shares(track: Track, settings: Settings, tracks: int = 1) -> list[Settings]
     return [settings.replace(shard=(i, n)) for i in range(n)]
 
 
+STEP_ASIDE_CORES = 8  # the cores a machine needs before checks step aside for builds
+
+
 def _checking(settings: Settings, pairs, judges: int) -> Settings:
     """The checking judges' settings: they step aside for the builds beside them
-    (grader.common.processes.step_aside) where several judges run and a track builds here."""
+    (grader.common.processes.step_aside) where several judges run, a track builds here, and
+    the machine is a GPU host with cores to spare beside the builds (measured on 16). On 2
+    cores a build's ninja takes both, and a check stepped aside could wait out its own time
+    limit behind a row of builds: there the checks keep their priority."""
     return settings.replace(niced=judges > 1 and settings.build == "jit" and any(
-        t.sources for _, t in pairs))
+        t.sources for _, t in pairs) and driver_loaded() and
+        (os.cpu_count() or 1) >= STEP_ASIDE_CORES)
 
 
 def _jobs(asked: int, n: int) -> int:
