@@ -62,15 +62,16 @@ def step_aside() -> None:
     and 78-84 s beside the other tracks' checks, and the checks of every other track were done
     12 s before its own (2026-11-30, docs/performance.md, "Grading time"). Timing and warming
     judges never step aside: they measure."""
-    if current().niced and not _STEPPED:
-        _STEPPED.append(True)
+    global _stepped
+    if current().niced and not _stepped:
+        _stepped = True
         try:
             os.nice(NICE)
         except OSError:  # not allowed here: the same priority as before
             pass
 
 
-_STEPPED: list = []  # once per process
+_stepped = False  # once per process
 
 
 # the largest pure-Python imports of every grader process (torch._dynamo brings sympy)
