@@ -207,3 +207,68 @@ def test_a_known_pch_is_said_at_once_without_torch(tmp_path):
     env["CXX"] = "another-compiler"  # another toolchain
     gch.touch()
     assert run("ask") == ["False", "False"]
+
+
+def test_a_std_name_common_cuh_no_longer_brings_names_its_header(tmp_path):
+    """common.cuh stopped including <string> and <stdexcept> (a faster build of every kernel
+    file): a learner's file that used std::runtime_error through it is told what to include."""
+    out = (f'{tmp_path}/09/cuda/k.cu(52): error: namespace "std" has no member "runtime_error"\n'
+           f'{tmp_path}/09/cuda/k.cu(60): error: namespace "std" has no member "runtime_error"\n'
+           f"{tmp_path}/09/cuda/k.cu:61:7: error: 'to_string' is not a member of 'std'\n")
+    text = summarize_compiler_output(out, tmp_path)
+    assert "std::runtime_error needs #include <stdexcept>" in text
+    assert "std::to_string needs #include <string>" in text
+    assert text.count("needs #include <stdexcept>") == 1
+    plain = summarize_compiler_output(NVCC_OUTPUT.format(tree=_tree(tmp_path)), tmp_path)
+    assert "note:" not in plain
+
+
+_COMMON_PROBE = r'''
+#include "common.cuh"
+extern "C" int probe(char* out, int n) {
+  try {
+    CUDA_CHECK(cudaErrorInvalidValue);
+  } catch (const std::exception& e) {
+    std::snprintf(out, n, "%s", e.what());
+    return 1;
+  }
+  return 0;
+}
+'''
+
+
+def _nvcc():
+    import shutil
+
+    from grader.submission.toolchain import _find_cuda_home
+    home = _find_cuda_home()
+    nvcc = home / "bin" / "nvcc" if home else shutil.which("nvcc")
+    if not nvcc:
+        pytest.skip("no nvcc on this machine")
+    return str(nvcc)
+
+
+def test_common_cuh_is_light_and_its_check_throws_a_std_exception(tmp_path):
+    """CUDA_CHECK's error is a std::exception with the error, the call, the file and the line
+    (PyTorch makes any std::exception a Python RuntimeError with that text). And the header
+    brings no <string>: a file that uses std::string without including it does not compile (its
+    parse cost every kernel file 0.4-0.6 s of each build)."""
+    import ctypes
+    import subprocess
+    nvcc = _nvcc()
+    flags = ["-std=c++20", "-I", str(ROOT / "include"), "--compiler-options", "-fPIC"]
+    (tmp_path / "probe.cu").write_text(_COMMON_PROBE)
+    made = subprocess.run([nvcc, *flags, "-shared", "-o", str(tmp_path / "probe.so"),
+                           str(tmp_path / "probe.cu")], capture_output=True, text=True,
+                          timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    buf = ctypes.create_string_buffer(600)
+    assert ctypes.CDLL(str(tmp_path / "probe.so")).probe(buf, 600) == 1
+    msg = buf.value.decode()
+    assert msg.startswith("CUDA error: invalid argument (cudaErrorInvalidValue at "), msg
+    assert "probe.cu:5)" in msg, msg
+    (tmp_path / "heavy.cu").write_text('#include "common.cuh"\nstd::string s;\n')
+    heavy = subprocess.run([nvcc, *flags, "-c", "-o", str(tmp_path / "heavy.o"),
+                            str(tmp_path / "heavy.cu")], capture_output=True, text=True,
+                           timeout=300)
+    assert heavy.returncode != 0 and "string" in heavy.stdout + heavy.stderr

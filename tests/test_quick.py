@@ -15,7 +15,7 @@ EX = discover(only="01")[0]
 
 
 def test_kept_figures_are_reused_only_when_a_new_look_confirms_them(monkeypatch, tmp_path):
-    timed, looks = [], []
+    timed, looks, reps = [], [], []
 
     def time_baselines(exercise, ref, case, mode, fns, graded=True):
         timed.append(sorted(fns))
@@ -23,7 +23,8 @@ def test_kept_figures_are_reused_only_when_a_new_look_confirms_them(monkeypatch,
     monkeypatch.setattr(baselines, "time_baselines", time_baselines)
     monkeypatch.setattr(baselines, "make_inputs", lambda *a: (torch.ones(1),))
     monkeypatch.setattr(baselines, "make_step", lambda fn, *a: fn)
-    monkeypatch.setattr(baselines, "time_step", lambda run, rep_ms: {"ms": looks.pop(0)})
+    monkeypatch.setattr(baselines, "time_step",
+                        lambda run, rep_ms: reps.append(rep_ms) or {"ms": looks.pop(0)})
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(baselines, "BASELINES", tmp_path / "baselines")
@@ -32,14 +33,20 @@ def test_kept_figures_are_reused_only_when_a_new_look_confirms_them(monkeypatch,
 
     first = baselines.baseline_times(EX, None, "forward", fns)
     assert timed == [["compile", "eager", "sdpa"]] and all("kept" not in t for t in first.values())
-    looks[:] = [1.02, 1.3]  # eager's new look agrees, sdpa's does not: sdpa timed again, and
-    again = baselines.baseline_times(EX, None, "forward", fns)  # compile with it (not re-timed:
-    assert timed[-1] == ["compile", "sdpa"]                      # it stands with the others)
+    looks[:] = [1.02, 1.3, 1.2]  # eager's new look agrees, sdpa's does not, nor does its longer
+    again = baselines.baseline_times(EX, None, "forward", fns)  # one: sdpa timed again, and
+    assert timed[-1] == ["compile", "sdpa"]  # compile with it (not re-timed: it stands with them)
+    assert reps == [20, 20, 200] and not looks
     assert again["eager"]["kept"] == first["eager"]["measured"]
     assert again["eager"]["relooked_ms"] == 1.02 and "kept" not in again["sdpa"]
-    looks[:] = [0.99, 1.01]  # both agree: compile stands with them, nothing timed
+    looks[:] = [1.0, 1.08, 1.03]  # sdpa's short look misses, its longer one agrees: kept
+    reps.clear()
+    again = baselines.baseline_times(EX, None, "forward", fns)
+    assert len(timed) == 2 and reps == [20, 20, 200] and not looks
+    assert again["sdpa"]["relooked_ms"] == 1.03 and again["compile"]["with"] == ["eager", "sdpa"]
+    looks[:] = [0.99, 1.01]  # both agree at once: compile stands with them, nothing timed
     third = baselines.baseline_times(EX, None, "forward", fns)
-    assert len(timed) == 2 and third["compile"]["with"] == ["eager", "sdpa"]
+    assert len(timed) == 2 and third["compile"]["with"] == ["eager", "sdpa"] and not looks
 
     monkeypatch.setattr(baselines, "current", lambda: Settings(quick=True))
     quick = baselines.baseline_times(EX, None, "forward", fns)

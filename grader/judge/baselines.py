@@ -165,6 +165,11 @@ def time_warmed_baselines(exercise, ref, fns) -> float:
 
 
 REVALIDATE = 0.05  # a kept figure stands when a short re-timing on fresh inputs is this close
+# The re-timing's replays (ms): a short look, and where it misses, one as long as the full
+# timing's before timing again in full. On an H200 12's eager (a 1.7 ms bf16 matmul) looked
+# 1703-1859 us over 20 ms against 1720-1737 us timed in full (docs/performance.md, Grading time,
+# call 6): a miss from the look's own spread cost a full timing and its compiled ride-along.
+RELOOK_MS = (20, 200)
 
 
 def baseline_times(exercise, ref, mode, fns) -> dict:
@@ -174,7 +179,8 @@ def baseline_times(exercise, ref, mode, fns) -> dict:
     - this machine's (.cache/baselines/, keyed by the GPU, its driver, torch, Triton and
       reference.py: PyTorch's code does not change between a learner's runs, theirs does):
       each kept figure is re-timed shortly on fresh inputs and stands when within REVALIDATE of
-      the new look, else the baseline is timed again; QUICK takes them without the re-timing;
+      the new look (a longer one where the short one misses), else the baseline is timed
+      again; QUICK takes them without the re-timing;
     - else timed here (time_baselines).
     A reused figure says so ("kept": when it was measured), on the scorecard too. The judge
     writes both caches; the submission's process cannot."""
@@ -219,7 +225,10 @@ def _revalidated(exercise, ref, mode, fns, kept: dict) -> dict:
             continue
         began = time.perf_counter()
         try:
-            look = time_step(make_step(fn, args, mode, b.grad_args, dy), rep_ms=20)["ms"]
+            step = make_step(fn, args, mode, b.grad_args, dy)
+            look = time_step(step, rep_ms=RELOOK_MS[0])["ms"]
+            if abs(look / old["ms"] - 1) > REVALIDATE:  # a short look's own spread, or the
+                look = time_step(step, rep_ms=RELOOK_MS[1])["ms"]  # machine: a longer one says
         except Exception:  # reported by the full timing, which tries again
             continue
         finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 
 import _hypothesis_pytestplugin  # noqa: F401 (loaded by name below: imported here, early)
@@ -71,6 +72,14 @@ def _wait_at(gate, record) -> None:
     record(ev.Gate())
 
 
+def cuda_meanwhile() -> None:
+    """Make this judge's CUDA context while the submission's process builds and loads the
+    track: the first check would make it otherwise, after the build, on a one-line edit's path.
+    Not in a timing judge: another track may be timing on the GPU then."""
+    if torch.cuda.is_available():
+        threading.Thread(target=lambda: torch.empty(1, device="cuda"), daemon=True).start()
+
+
 def _with_submission(args, exercise, track, record, early, spawner) -> None:
     """Phases checks and bench: open the submission's process, record its build, go on."""
     # hypothesis keeps what it stores (the constants it reads from source files) in the
@@ -78,6 +87,8 @@ def _with_submission(args, exercise, track, record, early, spawner) -> None:
     os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(HYPOTHESIS))
     grader = Grader(args.events, spawner, prestarted=early)
     start_sharing()  # while the submission's process loads the track
+    if args.phase == "checks":
+        cuda_meanwhile()
     # what was imported lives as long as the process: out of the collector's sight, so that a
     # full collection (Python's own, and pytest's at its end: 0.1-0.4 s each here) walks only
     # what the checks make

@@ -61,7 +61,31 @@ def summarize_compiler_output(text: str, tree: Path, limit: int = 5) -> str:
             out.append(f"      {line} | {src.strip()}")
         except (OSError, IndexError):
             pass
+    out += _include_notes(msg for _, _, msg in errors)
     return "\n".join(out)
+
+
+# std names a `.cu` file may have used through common.cuh before it stopped including <string>
+# and <stdexcept> (0.4-0.6 s of every kernel file's compile: nvcc parses the host side three
+# times), and the header each needs now
+_HEADERS = {"runtime_error": "stdexcept", "invalid_argument": "stdexcept",
+            "logic_error": "stdexcept", "out_of_range": "stdexcept", "domain_error": "stdexcept",
+            "string": "string", "to_string": "string"}
+_NOT_IN_STD = re.compile(r"""namespace "std" has no member "(\w+)"|'(\w+)' is not a member of 'std'""")
+
+
+def _include_notes(messages) -> list[str]:
+    """A missing std name's header, said once each."""
+    wanted = {}
+    for msg in messages:
+        for m in _NOT_IN_STD.finditer(msg):
+            name = m.group(1) or m.group(2)
+            if name in _HEADERS:
+                wanted.setdefault(_HEADERS[name], name)
+    return [f"  note: std::{name} needs #include <{header}> in that file (common.cuh includes "
+            f"only CUDA's headers and the light C++ ones: <cstdint>, <cstdio>, <cstring>, "
+            f"<exception>, <initializer_list>, <type_traits>)"
+            for header, name in sorted(wanted.items())]
 
 
 def _demangle(items: list[str]) -> list[str]:

@@ -18,6 +18,7 @@
 #include "common.cuh"
 
 #include <cstdint>
+#include <stdexcept>
 
 namespace {
 
