@@ -11,10 +11,13 @@
 #                             EXERCISE=04,05: those only, the other rows kept; REPEATS=5)
 # make test                   the project's own tests
 # BUILD=aot                   (with grade/exercise-NN) ahead-of-time builds of the CUDA tracks
+# WARM=900                    (with grade/exercise-NN) the grader's processes kept ready that many
+#                             seconds for the next command (0: not kept); make stop ends them
 SHELL := /bin/bash
 IMPL ?= starter
 SUBMISSION ?=
 BUILD ?=
+WARM ?= 900
 RESULTS ?= results.json
 BENCH_OUT ?= docs
 VENV := .venv
@@ -37,8 +40,9 @@ endif
 BENCH_IMPL := $(if $(filter command line,$(origin IMPL)),$(IMPL),solutions)
 TREE := $(if $(SUBMISSION),--submission $(SUBMISSION),--impl $(IMPL))
 BUILD_FLAG := $(if $(BUILD),--build $(BUILD))
+WARM_FLAG := --keep $(WARM)
 
-.PHONY: grade bench test list clean help
+.PHONY: grade bench test list clean help stop
 help:
 	@sed -n '1,12p' Makefile | sed 's/^# //'
 
@@ -48,14 +52,14 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 grade: $(SETUP)
-	$(PY) -m grader grade $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(TIMES),--time-report) --json $(RESULTS)
+	$(PY) -m grader grade $(TREE) $(BUILD_FLAG) $(WARM_FLAG) $(if $(QUICK),--quick) $(if $(TIMES),--time-report) --json $(RESULTS)
 
 # PROFILE=1 runs the profiler instead of the grade (one command echoed, not both)
 exercise-%: $(SETUP)
 ifneq ($(PROFILE),)
 	$(PY) -m grader.tools.profile --exercise $* $(TREE)
 else
-	$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(if $(QUICK),--quick) $(if $(TIMES),--time-report) $(if $(SANITIZE),--sanitize $(SANITIZE)) $(if $(REPRO),--repro '$(REPRO)')
+	$(PY) -m grader grade --exercise $* $(TREE) $(BUILD_FLAG) $(WARM_FLAG) $(if $(QUICK),--quick) $(if $(TIMES),--time-report) $(if $(SANITIZE),--sanitize $(SANITIZE)) $(if $(REPRO),--repro '$(REPRO)')
 endif
 
 watch-%: $(SETUP)
@@ -72,5 +76,8 @@ test: $(SETUP)
 list: $(SETUP)
 	@$(PY) -m grader list
 
-clean:
+stop: $(SETUP)
+	@$(PY) -m grader.run.keeper --stop
+
+clean: stop
 	rm -rf .cache .hypothesis results.json

@@ -32,7 +32,9 @@ row() {  # row KEY LABEL TARGET [fresh] -- COMMAND...: one timed run, one table 
   if [ -n "${DRY_RUN:-}" ]; then
     echo "| $label | + $([ "$fresh" = fresh ] && echo "rm -rf .cache; ")$* | $target | |"; return
   fi
-  [ "$fresh" = fresh ] && rm -rf .cache  # builds, Triton's and Inductor's caches, baselines
+  # fresh: no kept processes (grader.run.keeper), no builds, Triton's or Inductor's caches,
+  # baselines
+  [ "$fresh" = fresh ] && { $PY -m grader.run.keeper --stop > /dev/null 2>&1; rm -rf .cache; }
   local t0=$(date +%s%N)
   "$@" > "$OUT/$key.txt" 2>&1
   local rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
@@ -55,7 +57,8 @@ watch() {  # watch EX TRACK FILE [EDIT_AFTER]: the watch loop's rows (edit to re
 
 echo "| what | wall s | target | points |"
 echo "|---|---|---|---|"
-grade=($PY -m grader grade --impl solutions)
+# what make runs: its processes kept ready for the next command (WARM=0: not; make's WARM)
+grade=($PY -m grader grade --impl solutions --keep ${WARM:-900})
 if [ -n "$gpu" ]; then
   row grade "make grade IMPL=solutions, 13 exercises, fresh machine" "<= 180" fresh -- \
     "${grade[@]}" --time-report --json "$OUT/grade.json"
@@ -77,7 +80,12 @@ if [ -n "$gpu" ]; then
   watch 13 triton flash_attention.py "for start_n in range(lo, hi, BLOCK_N):"
   watch 02 cuda scale_kernels.cu
 else
-  # what `make exercise-NN IMPL=solutions [QUICK=1]` runs, with the time report
+  # what `make exercise-NN IMPL=solutions [QUICK=1]` runs, with the time report, each row after
+  # another command (untimed: 01's checks) has made the kept processes ready, as a learner's
+  # second command finds them
+  if [ -z "${DRY_RUN:-}" ] && [ "${WARM:-900}" != 0 ]; then
+    "${grade[@]}" --exercise 01 --no-bench > "$OUT/warm-up.txt" 2>&1
+  fi
   row ex13 "CPU: make exercise-13 IMPL=solutions" "<= 60" again -- \
     "${grade[@]}" --exercise 13 --time-report
   row ex13quick "CPU: the same with QUICK=1" "" again -- "${grade[@]}" --exercise 13 --quick

@@ -72,7 +72,8 @@ def cmd_grade(args) -> int:
     settings = base.replace(quick=args.quick or base.quick, build=args.build, repro=args.repro,
                             sanitize=args.sanitize, small=bool(args.sanitize) or base.small,
                             check_timeout=900 if args.sanitize else base.check_timeout,
-                            signals=args.signals or base.signals)
+                            signals=args.signals or base.signals,
+                            keep=base.keep if args.keep is None else args.keep)
     sub = Submission(_tree(args), tuple(exercises), settings=settings, jobs=args.jobs,
                      bench=not (args.no_bench or args.repro or args.sanitize))
     result = grade(sub, Progress(aot=args.build == "aot"))
@@ -141,6 +142,11 @@ def main(argv=None) -> int:
                    "fence: auto (Landlock's signal scope where the kernel has it, else a seccomp "
                    "filter) or seccomp (the filter even there); the line under the scorecard "
                    "says which is on")
+    g.add_argument("--keep", type=int, metavar="SECONDS", help="keep this grade's processes "
+                   "(two that imported torch, triton and pytest) ready for the next command, "
+                   "until SECONDS pass without one; where Landlock scopes abstract sockets "
+                   "(ABI 6: the submission cannot reach them). make grade and make exercise-NN "
+                   "keep them 900 s (WARM=0: not)")
     g.add_argument("--visibility", **VISIBILITY)
     g.add_argument("--time-report", action="store_true", help="where the grade's seconds went, "
                    "per track: builds, checks, references, Triton compiles, timing")

@@ -42,6 +42,8 @@ class Settings:
     #                                project's own tests: every starter builds and says "not
     #                                implemented yet"); else it is "not started" at once
     #                                (grader.common.pristine)
+    keep: int = 0                  # seconds a grade's processes are kept ready for the next
+    #                                command (grader.run.keeper; make grade, make exercise-NN)
     signals: str = "auto"          # the submission's signal fence (grader.submission.sandbox): auto is
     #                                Landlock's scope where the kernel has it, else a seccomp
     #                                filter; seccomp: the filter even there (tests the fallback)

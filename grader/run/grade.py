@@ -31,6 +31,7 @@ from grader.common.paths import ROOT, aot_dir, warm_marker
 from grader.common.pristine import unchanged_starter
 from grader.common.processes import child_env, short_tempdir
 from grader.common.settings import Settings, from_environment
+from grader.run import keeper
 from grader.run.follow import Follower
 from grader.run.gradescope import gradescope, junit, write_json
 from grader.run.order import durations, longest_first
@@ -213,8 +214,22 @@ def _forking(forker, judges: int, settings: Settings, say):
     processes' imports are CPU seconds taken from them. The zygotes never touch CUDA: each
     forked process initializes it for itself; where CUDA has no device (no GPU, or a driver
     without one), the submission's zygote imports Triton as its interpreter. Not for one judge
-    (nothing to share). A zygote that refuses to serve only means the processes start afresh."""
-    if forker is not None or judges < FORK_AT:
+    (nothing to share), unless the grade keeps its processes for the next command
+    (Settings.keep: then the kept zygotes, grader.run.keeper, whatever the judges). A zygote
+    that refuses to serve only means the processes start afresh."""
+    if forker is not None:
+        yield forker
+        return
+    if judges and keeper.allowed(settings):  # zygotes kept between commands (asked for, and
+        #                                        out of the submission's reach)
+        kept = keeper.kept_forker(settings, cuda_devices() > 0, say)
+        if kept is not None:
+            try:
+                yield kept
+            finally:
+                kept.channel.close()
+            return
+    if judges < FORK_AT:
         yield forker
         return
     with tempfile.TemporaryDirectory(prefix="grader-zygotes-") as folder:

@@ -3,7 +3,9 @@
 - `close_filesystem(roots)`: Linux Landlock makes every path but `roots` read-only for this
   process and its children, and fences its signals: it cannot signal a process outside its own
   sandbox (the judge, the grader). The fence is Landlock's signal scope (ABI 6+); where the
-  kernel is older, a seccomp filter (`fence_signals`, libseccomp).
+  kernel is older, a seccomp filter (`fence_signals`, libseccomp). With the signal scope comes
+  the abstract Unix socket scope: no connect() to an abstract socket made outside the sandbox
+  (the kept zygotes', grader.run.keeper).
 - `Attempts`: an audit hook that records writes into the repository the submission tried (the
   sandbox refuses them; the record is what the judge reports as tampering).
 Where the kernel has no Landlock at all, the grade process snapshots the repository instead
@@ -19,14 +21,16 @@ from grader.common.machine import landlock_abi
 from grader.common.settings import current
 
 _SCOPE_SIGNAL = 1 << 1        # LANDLOCK_SCOPE_SIGNAL (ABI 6, Linux 6.12)
+_SCOPE_ABSTRACT = 1 << 0      # LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (ABI 6): no connect() to an
+#                               abstract socket made outside the sandbox (grader.run.keeper's)
 
 
 def close_filesystem(roots: list[Path], signals: str | None = None) -> str:
     """Make everything but `roots` read-only for this process and its children, and fence its
     signals (`signals`: "auto", Landlock's scope where the kernel has it, else the seccomp
     filter; "seccomp": the filter even there; default: the grade's settings). Returns how the
-    sandbox stands, for the line under the scorecard: "...; signals: Landlock scope" /
-    "signals: seccomp filter" / "signals: none (why)".
+    sandbox stands, for the line under the scorecard: "...; signals and abstract sockets:
+    Landlock scope" / "signals: seccomp filter" / "signals: none (why)".
 
     One Landlock layer does the file system and the scope: the `landlock` package's system
     calls, but the ruleset made with the ABI 6 attribute that also names the scopes (the package
@@ -45,7 +49,8 @@ def close_filesystem(roots: list[Path], signals: str | None = None) -> str:
     else:
         scope = False
     if scope:
-        return f"{files}; signals: Landlock scope (it cannot signal the judge or the grader)"
+        return (f"{files}; signals and abstract sockets: Landlock scope (it cannot signal the "
+                f"judge or the grader, nor connect to them)")
     why = ("forced by the settings, signals = seccomp" if signals == "seccomp" and abi >= 6 else
            f"Landlock ABI {abi} has no signal scope, Linux 6.12+" if abi else
            "no Landlock signal scope")
@@ -82,7 +87,7 @@ def _landlock(roots: list[Path], abi: int, scope: bool) -> str | None:
     class Attr(ctypes.Structure):  # struct landlock_ruleset_attr (ABI 6: with `scoped`)
         _fields_ = [("handled_access_fs", ctypes.c_uint64),
                     ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
-    attr = Attr(int(write), 0, _SCOPE_SIGNAL if scope else 0)
+    attr = Attr(int(write), 0, _SCOPE_SIGNAL | _SCOPE_ABSTRACT if scope else 0)
     size = ctypes.sizeof(attr) if abi >= 6 else ctypes.sizeof(ctypes.c_uint64)
     libc = ctypes.CDLL(None, use_errno=True)
     fd = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(size), 0)  # create_ruleset
