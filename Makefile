@@ -11,8 +11,9 @@
 #                             EXERCISE=04,05: those only, the other rows kept; REPEATS=5)
 # make test                   the project's own tests
 # BUILD=aot                   (with grade/exercise-NN) ahead-of-time builds of the CUDA tracks
-# WARM=900                    (with grade/exercise-NN) the grader's processes kept ready that many
-#                             seconds for the next command (0: not kept); make stop ends them
+# WARM=900                    (with grade/exercise-NN, on a machine without a GPU) the grader's
+#                             processes kept ready that many seconds for the next command (0: not
+#                             kept); make stop ends them
 SHELL := /bin/bash
 IMPL ?= starter
 SUBMISSION ?=

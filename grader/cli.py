@@ -145,8 +145,8 @@ def main(argv=None) -> int:
     g.add_argument("--keep", type=int, metavar="SECONDS", help="keep this grade's processes "
                    "(two that imported torch, triton and pytest) ready for the next command, "
                    "until SECONDS pass without one; where Landlock scopes abstract sockets "
-                   "(ABI 6: the submission cannot reach them). make grade and make exercise-NN "
-                   "keep them 900 s (WARM=0: not)")
+                   "(ABI 6: the submission cannot reach them), on a machine without a GPU. make "
+                   "grade and make exercise-NN keep them 900 s (WARM=0: not)")
     g.add_argument("--visibility", **VISIBILITY)
     g.add_argument("--time-report", action="store_true", help="where the grade's seconds went, "
                    "per track: builds, checks, references, Triton compiles, timing")

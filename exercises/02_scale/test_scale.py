@@ -291,11 +291,23 @@ def test_more_than_2_31_elements(impl, device):
         raise Mismatch(f"n = 2^31 + 7: {str(e).splitlines()[0]}\n  likely cause: an index or "
                        f"a stride held in a 32-bit int overflows past 2^31 - 1; compute them "
                        f"in int64_t, e.g. (int64_t)blockIdx.x * blockDim.x + threadIdx.x") from e
-    bad = out != x * a
-    del x
-    count = int(bad.sum())
+    # Counted a slice at a time, the expected values made in place in x (the call is done):
+    # a bool tensor's sum over all 2^31 elements first makes an int64 copy of it (16 GiB), and
+    # with x * a beside it this check needed more than the 20 GiB it asks for (an H200 grade's
+    # judge ran out of memory here, 2026-11-30). Now x, out and one slice's temporaries.
+    if out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr():
+        x.mul_(a)  # (the seam hands the op a copy: out never shares x's memory here)
+    else:
+        x = x * a
+    count, first, step = 0, None, 1 << 28
+    for start in range(0, n, step):
+        bad = out[start:start + step] != x[start:start + step]  # NaN counts: never equal
+        k = int(bad.sum())
+        if k and first is None:
+            first = start + int(bad.to(torch.uint8).argmax())
+        count += k
+    del x, bad
     if count:
-        first = int(bad.to(torch.uint8).argmax())
         raise Mismatch(f"n = 2^31 + 7 bf16: {count} elements wrong, the first at index {first}"
                        f"{' (past 2^31)' if first >= 1 << 31 else ''}\n  likely cause: an index "
                        f"held in a 32-bit int (it overflows past 2^31 - 1); use int64_t")
