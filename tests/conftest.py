@@ -74,8 +74,7 @@ def signal_fence(mode: str) -> str:
             ctypes.CDLL("libseccomp.so.2")
         except OSError:
             pytest.skip("no libseccomp.so.2 here: the seccomp fallback cannot be put up")
-    return ("signals and abstract sockets: Landlock scope" if mode == "auto" else
-            "signals: seccomp filter")
+    return "signals: Landlock scope" if mode == "auto" else "signals: seccomp filter"
 
 
 @pytest.fixture

@@ -38,6 +38,8 @@ from grader.common.forking import MODULES, Forker, ZygoteError, recv, send
 from grader.common.machine import driver_loaded, landlock_abi
 from grader.common.paths import CACHE, ROOT
 from grader.common.processes import child_env
+from grader.common.settings import from_environment
+from grader.run.zygotes import start_zygotes
 
 KEEP = CACHE / "keeper"  # each keeper's log and its zygotes' logs
 READY_S = 300            # the longest a grade waits for a keeper's zygotes to import
@@ -200,8 +202,6 @@ def main(argv=None) -> int:
     except OSError:
         print(f"keeper: {args.name} is served already", flush=True)
         return NAME_TAKEN
-    from grader.common.settings import from_environment
-    from grader.run.zygotes import start_zygotes
     try:
         zygotes = start_zygotes(from_environment(), args.gpu, KEEP / args.name)
     except ZygoteError as e:

@@ -29,8 +29,9 @@ def close_filesystem(roots: list[Path], signals: str | None = None) -> str:
     """Make everything but `roots` read-only for this process and its children, and fence its
     signals (`signals`: "auto", Landlock's scope where the kernel has it, else the seccomp
     filter; "seccomp": the filter even there; default: the grade's settings). Returns how the
-    sandbox stands, for the line under the scorecard: "...; signals and abstract sockets:
-    Landlock scope" / "signals: seccomp filter" / "signals: none (why)".
+    sandbox stands, for the line under the scorecard: "...; signals: Landlock scope
+    (...); abstract sockets: Landlock scope (...)" / "signals: seccomp filter" / "signals: none
+    (why)".
 
     One Landlock layer does the file system and the scope: the `landlock` package's system
     calls, but the ruleset made with the ABI 6 attribute that also names the scopes (the package
@@ -49,8 +50,8 @@ def close_filesystem(roots: list[Path], signals: str | None = None) -> str:
     else:
         scope = False
     if scope:
-        return (f"{files}; signals and abstract sockets: Landlock scope (it cannot signal the "
-                f"judge or the grader, nor connect to them)")
+        return (f"{files}; signals: Landlock scope (it cannot signal the judge or the grader); "
+                f"abstract sockets: Landlock scope (it cannot connect to the grader's)")
     why = ("forced by the settings, signals = seccomp" if signals == "seccomp" and abi >= 6 else
            f"Landlock ABI {abi} has no signal scope, Linux 6.12+" if abi else
            "no Landlock signal scope")
