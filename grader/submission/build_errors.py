@@ -71,7 +71,8 @@ def summarize_compiler_output(text: str, tree: Path, limit: int = 5) -> str:
 _HEADERS = {"runtime_error": "stdexcept", "invalid_argument": "stdexcept",
             "logic_error": "stdexcept", "out_of_range": "stdexcept", "domain_error": "stdexcept",
             "string": "string", "to_string": "string"}
-_NOT_IN_STD = re.compile(r"""namespace "std" has no member "(\w+)"|'(\w+)' is not a member of 'std'""")
+_NOT_IN_STD = re.compile(r"""namespace "std" has no member "(\w+)"|"""  # nvcc
+                         r"""'(\w+)' is not a member of 'std'""")           # gcc
 
 
 def _include_notes(messages) -> list[str]:
