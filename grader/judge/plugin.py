@@ -34,6 +34,7 @@ from grader.common.settings import current
 from grader.judge import check
 from grader.judge.cases import dy_for, fresh_seed, make_inputs
 from grader.judge.explain import exercise_of, explain, repro_items, short
+from grader.judge.oom import retried_when_out_of_memory
 from grader.judge.proxy import (RemoteImpl, Session, SubmissionDied, record_compiles,
                                 sanitizer_findings)
 from grader.judge.spawn import Spawner
@@ -242,6 +243,7 @@ class Grader:
             exercise = exercise_of(str(item.path.parent))
             only = item.get_closest_marker("tracks")
             (drop if only and _track(config, exercise).name not in only.args else keep).append(item)
+            retried_when_out_of_memory(item, HAS_GPU)  # the GPU is shared with other tracks
             if item.get_closest_marker("timeout") is None:
                 # a backstop: the proxy stops waiting for the submission at the check's limit
                 item.add_marker(pytest.mark.timeout(current().check_limit(exercise) + 60,
