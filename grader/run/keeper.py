@@ -60,13 +60,15 @@ def allowed(settings) -> bool:
 
 
 def keeper_name(gpu: bool) -> str:
-    """The abstract socket's name: this user, repository, Python, grader sources and packages."""
+    """The abstract socket's name: this user, repository, Python, the grader's files (what the
+    zygotes imported, and any data they read) and packages."""
     h = hashlib.sha256()
     for part in (str(ROOT), str(CACHE), sys.executable, str(gpu),
                  *(os.environ.get(k, "") for k in _ENV)):
         h.update(part.encode() + b"\0")
-    for path in sorted((ROOT / "grader").rglob("*.py")):
-        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    for path in sorted((ROOT / "grader").rglob("*")):  # its modules and the data they read
+        if path.is_file() and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     for package in ("torch", "triton", "numpy", "pytest", "hypothesis", "landlock"):
         spec = importlib.util.find_spec(package)  # found, not imported
         if spec is not None and spec.origin:
