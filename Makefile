@@ -10,6 +10,7 @@
 # make bench                  solutions/ vs baselines into docs/performance.md (needs a GPU;
 #                             EXERCISE=04,05: those only, the other rows kept; REPEATS=5)
 # make test                   the project's own tests
+# make stop                   end the grader's processes kept ready between commands (WARM)
 # BUILD=aot                   (with grade/exercise-NN) ahead-of-time builds of the CUDA tracks
 # WARM=900                    (with grade/exercise-NN, on a machine without a GPU) the grader's
 #                             processes kept ready that many seconds for the next command (0: not
@@ -45,7 +46,7 @@ WARM_FLAG := --keep $(WARM)
 
 .PHONY: grade bench test list clean help stop
 help:
-	@sed -n '1,12p' Makefile | sed 's/^# //'
+	@sed '/^[^#]/,$$d' Makefile | sed 's/^# //'
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
