@@ -34,6 +34,16 @@ class JudgeProcess:
     kept: str             # its name among kept logs (Settings.keep_logs): one per share
 
 
+def judge_env(settings: Settings) -> dict:
+    """The environment a judge starts with, and a zygote that forks judges (grader.run.zygotes):
+    the grade's settings, no bytecode written into the trees, and the judge's torch.compile
+    caches (the baselines) in the grader's cache, beside the marker that says they are warm
+    (grader.common.paths.warm_marker); a submission's are its own."""
+    env = no_bytecode_in_trees(child_env(settings), landlock_available())
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR))
+    return env
+
+
 def start_judge(tree: Path, exercise, track, phase: str, events: Path, settings: Settings,
                 gate: Path | None = None, forker=None) -> JudgeProcess:
     """Start one judge phase. With `gate`, the judge gets ready (its submission's process
@@ -47,10 +57,7 @@ def start_judge(tree: Path, exercise, track, phase: str, events: Path, settings:
            "--scratch-in", str(events.parent)]
     if gate is not None:
         cmd += ["--gate", str(gate)]
-    env = no_bytecode_in_trees(child_env(settings), landlock_available())
-    # the judge's torch.compile caches (the baselines) in the grader's cache, beside the marker
-    # that says they are warm (grader.common.paths.warm_marker); a submission's are its own
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR))
+    env = judge_env(settings)
     if phase == "checks" and settings.check_threads:
         # the checks of several tracks at once: each process (judge and submission) gets its
         # share of the cores for torch's CPU ops, instead of one thread per core each (8 tracks

@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 from grader.common.forking import MODULES, Forker, ZygoteError, pair, recv, send
-from grader.common.paths import INDUCTOR, ROOT
-from grader.common.machine import landlock_available
-from grader.common.processes import child_env, no_bytecode_in_trees
+from grader.common.paths import ROOT
+from grader.run.launch import judge_env
 
 
 class Zygote:
@@ -95,8 +94,7 @@ def start_zygotes(settings, gpu: bool, folder: Path) -> list:
     inherits, that process's too, which asks for Triton's interpreter before importing triton
     where there is no GPU. Raises ZygoteError (neither left running) where one refused to
     serve or died."""
-    env = no_bytecode_in_trees(child_env(settings), landlock_available())
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR))
+    env = judge_env(settings)
     sub_env = dict(env, **({} if gpu else {"TRITON_INTERPRET": "1"}))
     judge_end, sub_end = pair()
     zygotes = []
