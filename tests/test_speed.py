@@ -377,8 +377,41 @@ def test_a_fresh_gpu_host_orders_the_checks_by_the_shipped_figures(monkeypatch, 
     assert declared[0] == "13_flash_attention/triton"  # in the most shares
     assert sorted(declared[:len(in_shares)]) == sorted(in_shares)
     assert declared.index("09_rmsnorm_quant/triton") > declared.index("02_scale/cuda")  # builds
-    order.durations({"01_vector_add/triton": 1000.0})  # measured here: first, whatever shipped
+    order.durations({"01_vector_add/triton": (1000.0, 1000.0)})  # measured here: first,
     assert [key(p) for p in order.longest_first(pairs, gpu=True)][0] == "01_vector_add/triton"
+
+
+def test_the_next_grade_is_ordered_by_what_repeats(monkeypatch, tmp_path):
+    """A fresh grade's checks took their builds and Triton compiles, which the next grade finds
+    cached: the cache orders the next grade by the seconds without them (the slowest share's),
+    and still ships the seconds as they were (the shipped figures order a fresh machine)."""
+    def share(began, end, build=None, compiles=None):
+        events = [ev.JudgeStarted(began=began, t=began)]
+        if build is not None:
+            events.append(ev.Build(ok=True, seconds=build[0], rebuilt=build[1], t=began + 1))
+        if compiles is not None:
+            events.append(ev.Compiles(specializations=9, compiled=9, seconds=compiles,
+                                      t=began + 2))
+        return Phase(tuple(events + [ev.Done(t=end)]))
+    assert share(100, 190, compiles=60).repeat_seconds == 30
+    assert share(100, 150, build=(20, True), compiles=5).repeat_seconds == 25
+    assert share(100, 150, build=(20, False)).repeat_seconds == 50  # loaded: it repeats
+    assert share(100, 150).repeat_seconds == 50
+    monkeypatch.setattr(order, "DURATIONS", tmp_path / "durations.json")
+    ex = {e.id: e for e in discover()}
+    pairs = [(ex["13_flash_attention"], ex["13_flash_attention"].tracks["triton"]),
+             (ex["04_reduce_sum"], ex["04_reduce_sum"].tracks["cuda"])]
+    order.durations({"13_flash_attention/triton": (92.6, 24.3),
+                     "04_reduce_sum/cuda": (35.0, 27.0)})
+    assert [p[0].id for p in order.longest_first(pairs, gpu=True)] == \
+        ["04_reduce_sum", "13_flash_attention"]
+    (tmp_path / "durations.json").write_text('{"04_reduce_sum/cuda": 1.0}')  # an older cache
+    assert order.durations() == {"seconds": {}, "repeat": {}}
+    shipped = tmp_path / "shipped.json"
+    monkeypatch.setattr(order, "SHIPPED", shipped)
+    order.durations({"13_flash_attention/triton": (92.6, 24.3)})
+    order.ship("a GPU", "today", "abc", "a command")
+    assert order.shipped() == {"13_flash_attention/triton": 92.6}
 
 
 def test_the_shares_of_one_track_fork_from_zygotes(monkeypatch):

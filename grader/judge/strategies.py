@@ -141,10 +141,15 @@ def split_by_declared_class(items, whole: int) -> list:
 
 
 def randn(shape, *, seed: int, dtype, device, scale: float = 1.0, offset: float = 0.0):
-    """Fresh normal values from `seed` (drawn on the CPU so a seed means the same on any device)."""
-    g = torch.Generator().manual_seed(seed)
-    t = torch.randn(shape, generator=g, dtype=torch.float64) * scale + offset
-    return t.to(device=device, dtype=dtype)
+    """Fresh normal values from `seed`, drawn where they are used: on a GPU by its own generator
+    (Philox), so a seed means the same values on that GPU model (PyTorch spreads the draws over
+    the GPU's SMs), and on the CPU by the CPU's. Drawn on the CPU for a GPU, a check's inputs
+    cost a core 0.4-0.6 s per 16-23M elements (float64, one thread: the 2-core CPU machine), and
+    03's awkward shapes took 13-16 s of a run again's checks on an H200, mostly drawing them."""
+    device = torch.device(device)
+    g = torch.Generator(device=device).manual_seed(seed)
+    t = torch.randn(shape, generator=g, dtype=torch.float64, device=device)
+    return (t * scale + offset).to(dtype)
 
 
 def draw_row_shape(data, device: str, *, max_rows_gpu: int = 1024):
@@ -233,13 +238,14 @@ def exp_limit(dtype) -> float:
 def past_fp16(shape, *, seed: int, device, dtype=torch.bfloat16, lo: float = BEYOND_FP16[0],
               hi: float = BEYOND_FP16[1]) -> torch.Tensor:
     """bf16 values whose magnitudes are uniform in [lo, hi] (past fp16's 65504 by default),
-    random signs, from `seed` (drawn on the CPU, as `randn`)."""
+    random signs, from `seed` (drawn where they are used, as `randn`)."""
     if not lo > FP16_MAX:
         raise ValueError(f"lo={lo} is not past fp16's largest number {FP16_MAX}")
-    g = torch.Generator().manual_seed(seed)
-    mag = torch.empty(shape, dtype=torch.float64).uniform_(lo, hi, generator=g)
-    sign = torch.randint(0, 2, shape, generator=g).to(torch.float64) * 2 - 1
-    return (mag * sign).to(device=device, dtype=dtype)
+    device = torch.device(device)
+    g = torch.Generator(device=device).manual_seed(seed)
+    mag = torch.empty(shape, dtype=torch.float64, device=device).uniform_(lo, hi, generator=g)
+    sign = torch.randint(0, 2, shape, generator=g, device=device).to(torch.float64) * 2 - 1
+    return (mag * sign).to(dtype)
 
 
 def extremes(t: torch.Tensor, *, seed: int, beyond_fp16: bool = True) -> torch.Tensor:
@@ -248,14 +254,15 @@ def extremes(t: torch.Tensor, *, seed: int, beyond_fp16: bool = True) -> torch.T
     goes through fp16 overflows). Returns a new tensor."""
     if t.numel() == 0 or not t.is_floating_point():
         return t
-    g = torch.Generator().manual_seed(seed)
     flat = t.detach().reshape(-1).clone()
+    g = torch.Generator(device=flat.device).manual_seed(seed)  # drawn there, as `randn`
     k = max(1, flat.numel() // 16)
-    idx = torch.randperm(flat.numel(), generator=g)[:k].to(flat.device)
-    special = torch.tensor([0.0, -0.0], dtype=torch.float64)
+    idx = torch.randperm(flat.numel(), generator=g, device=flat.device)[:k]
+    special = torch.tensor([0.0, -0.0], dtype=torch.float64, device=flat.device)
     if t.dtype == torch.bfloat16 and beyond_fp16:
-        big = torch.empty(4, dtype=torch.float64).uniform_(*BEYOND_FP16, generator=g)
+        big = torch.empty(4, dtype=torch.float64, device=flat.device).uniform_(*BEYOND_FP16,
+                                                                               generator=g)
         special = torch.cat([special, big, -big])
-    picks = special[torch.randint(len(special), (k,), generator=g)]
-    flat[idx] = picks.to(flat.device, flat.dtype)
+    picks = special[torch.randint(len(special), (k,), generator=g, device=flat.device)]
+    flat[idx] = picks.to(flat.dtype)
     return flat.view(t.shape)

@@ -328,11 +328,15 @@ def new_contents_same_shapes(fn, args, names, expected_of, check_outputs, *, see
     For the submission's entry points both calls run in its process on the same tensors (the
     second after the new values were written into them: grader.judge.proxy._Entry.twice), so a result
     cached by pointer is caught too."""
-    g = torch.Generator().manual_seed(seed)
-    refill = []
+    refill, gens = [], {}
     for a in args:
         if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel():
-            fresh = torch.randn(a.shape, generator=g, dtype=torch.float64)
+            # drawn where it is used (grader.judge.strategies.randn: a GPU-sized input drawn
+            # on the CPU costs a core most of a second)
+            if a.device not in gens:
+                gens[a.device] = torch.Generator(device=a.device).manual_seed(seed)
+            g = gens[a.device]
+            fresh = torch.randn(a.shape, generator=g, dtype=torch.float64, device=a.device)
             scale = a.double().std().clamp_min(0.1).nan_to_num(1.0).item()
             refill.append(torch.empty_like(a).copy_(fresh * scale +
                                                     a.double().mean().nan_to_num(0.0).item()))

@@ -129,7 +129,9 @@ def grade(sub: Submission, progress=None) -> Grade:
             if len(shares) < shares_of[(ex.id, t.name)]:
                 continue  # the track's other shares still run
             phase = checked[(ex.id, t.name)] = Phase.merged(shares)
-            durations({f"{ex.id}/{t.name}": phase.seconds or time.perf_counter() - start})
+            repeat = [s.repeat_seconds for s in shares if s.repeat_seconds is not None]
+            seconds = phase.seconds or time.perf_counter() - start
+            durations({f"{ex.id}/{t.name}": (seconds, max(repeat, default=seconds))})
             r = track_result(ex.id, t.name, str(tree), phase)
             say(f"checked {ex.id} [{t.name}]: {r.count('correctness', 'passed')}/"
                 f"{r.total('correctness')} correctness checks passed "

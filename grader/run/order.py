@@ -24,15 +24,21 @@ SHIPPED = Path(__file__).with_name("durations.json")
 
 
 def durations(record: dict | None = None) -> dict:
-    """How long each track's checks took here last time (its judges' own seconds, Phase.seconds:
-    not the time it waited for a slot, which would put the tracks started last first next time),
-    kept in the grader's cache; `record` adds to it."""
+    """How long each track's checks took here last time, kept in the grader's cache: "seconds",
+    its judges' own seconds (Phase.seconds: not the time it waited for a free slot, which would
+    put the tracks started last first next time), what ship() writes; and "repeat", the slowest
+    share's seconds less its build and Triton compiles (Phase.repeat_seconds), which the next
+    grade here finds cached: what orders it. `record`: "exercise id/track" -> (seconds,
+    repeat) to add."""
     try:
         known = json.loads(DURATIONS.read_text())
     except (OSError, ValueError):
         known = {}
+    if not isinstance(known.get("repeat"), dict):  # none, or an older flat cache
+        known = {"seconds": {}, "repeat": {}}
     if record:
-        known.update({k: round(v, 1) for k, v in record.items()})
+        for key, (seconds, repeat) in record.items():
+            known["seconds"][key], known["repeat"][key] = round(seconds, 1), round(repeat, 1)
         DURATIONS.parent.mkdir(parents=True, exist_ok=True)
         tmp = DURATIONS.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
@@ -61,7 +67,7 @@ def longest_first(pairs, gpu: bool) -> list:
     75 s; the same spans in the shipped figures' order end at 96 s (a list-scheduling replay of the
     run's spans: docs/performance.md, "Grading time"). A fresh clone's `make grade` on 2 cores
     ended on 03's build, started last, 17 s after every other track: builds before the rest."""
-    known = {**(shipped() if gpu else {}), **durations()}
+    known = {**(shipped() if gpu else {}), **durations()["repeat"]}
     return sorted(pairs, key=lambda p: (-known.get(f"{p[0].id}/{p[1].name}", 1e9),
                                         -p[1].shards, -_build_weight(p[1]),
                                         -int(p[0].number)))
@@ -76,5 +82,5 @@ def _build_weight(track: Track) -> int:
 def ship(device: str, date: str, commit: str, command: str) -> None:
     """Write the cache's figures (a whole grade's, just made) as the shipped ones."""
     SHIPPED.write_text(json.dumps({"device": device, "date": date, "commit": commit,
-                                   "command": command, "seconds": durations()},
+                                   "command": command, "seconds": durations()["seconds"]},
                                   indent=1, sort_keys=True) + "\n")
