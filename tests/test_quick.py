@@ -96,6 +96,39 @@ def test_a_baseline_that_compiles_itself_is_kept_like_compile(monkeypatch, tmp_p
     assert again["compiled_composite"]["with"] == ["eager", "liger"]
 
 
+def test_a_long_step_stands_with_the_shorter_ones(monkeypatch, tmp_path):
+    """A kept figure of LONG_STEP_MS or more (13's eager: 73 and 184 ms a step) is not looked
+    at again where a shorter baseline is: it stands with it, as a compiled one does, and is
+    timed again when that one misses. With no shorter baseline it is looked at itself."""
+    called, figures = [], {"eager": 184.0, "sdpa": 4.5}
+    monkeypatch.setattr(baselines, "time_baselines", lambda e, r, c, m, fns, graded=True:
+                        called.append(sorted(fns)) or {n: {"ms": figures[n]} for n in fns})
+    monkeypatch.setattr(baselines, "make_inputs", lambda *a: (torch.ones(1),))
+    monkeypatch.setattr(baselines, "make_step", lambda fn, *a: fn)
+    looks = {}
+    monkeypatch.setattr(baselines, "time_step", lambda run, rep_ms: called.append(run()) or
+                        {"ms": looks.get(run(), figures[run()])})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(baselines, "BASELINES", tmp_path / "baselines")
+    monkeypatch.setattr(baselines, "current", lambda: Settings())
+    fns = {n: (lambda n=n: n) for n in figures}
+    baselines.baseline_times(EX, None, "forward", fns)
+    called.clear()
+    again = baselines.baseline_times(EX, None, "forward", fns)
+    assert called == ["sdpa"] and again["eager"]["with"] == ["sdpa"]
+    looks["sdpa"] = 6.0  # the machine changed under them: both timed again
+    called.clear()
+    baselines.baseline_times(EX, None, "forward", fns)
+    assert called == ["sdpa", "sdpa", ["eager", "sdpa"]]
+    only = {"eager": fns["eager"]}  # nothing shorter: looked at itself
+    monkeypatch.setattr(baselines, "BASELINES", tmp_path / "other")
+    baselines.baseline_times(EX, None, "forward", only)
+    called.clear()
+    assert "relooked_ms" in baselines.baseline_times(EX, None, "forward", only)["eager"]
+    assert called == ["eager"]
+
+
 def test_compiled_names_a_baseline(tmp_path):
     """`compiled` in [benchmark] must name one of the baselines or peers."""
     folder = tmp_path / "05_softmax"
