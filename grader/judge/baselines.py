@@ -219,16 +219,15 @@ def _revalidated(exercise, ref, mode, fns, kept: dict) -> dict:
     b = exercise.benchmark
     args = make_inputs(exercise, ref, b.case, fresh_seed())
     dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
-    timed = {n: kept[n]["ms"] for n, fn in fns.items()
-             if not isinstance(fn, str) and "ms" in (kept.get(n) or {}) and not b.compiles(n)}
-    short = any(ms < LONG_STEP_MS for ms in timed.values())
-    out, compiled = {}, []
+    short = any(not isinstance(fn, str) and not b.compiles(n) and
+                (kept.get(n) or {}).get("ms", LONG_STEP_MS) < LONG_STEP_MS for n, fn in fns.items())
+    out, riders = {}, []
     for name, fn in fns.items():
         old = kept.get(name) or {}
         if isinstance(fn, str) or "ms" not in old:
             continue
         if b.compiles(name) or (short and old["ms"] >= LONG_STEP_MS):
-            compiled.append(name)  # it rides on the others' re-timing
+            riders.append(name)  # it rides on the others' re-timing
             continue
         began = time.perf_counter()
         try:
@@ -244,9 +243,9 @@ def _revalidated(exercise, ref, mode, fns, kept: dict) -> dict:
             out[name] = {**old, "kept": old.get("measured"), "relooked_ms": look,
                          "within": REVALIDATE}
         torch.cuda.synchronize()
-    relooked = [n for n in fns if n not in compiled and "ms" in (kept.get(n) or {})]
+    relooked = [n for n in fns if n not in riders and "ms" in (kept.get(n) or {})]
     if relooked and all(n in out for n in relooked):
-        for name in compiled:
+        for name in riders:
             out[name] = {**kept[name], "kept": kept[name].get("measured"), "within": REVALIDATE,
                          "with": relooked}
     return out

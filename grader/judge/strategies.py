@@ -140,15 +140,19 @@ def split_by_declared_class(items, whole: int) -> list:
     return none
 
 
+def generator(device, seed: int) -> torch.Generator:
+    """The random generator of `device`, seeded: the checks' values are drawn where they are
+    used. On a GPU by its own generator (Philox), so a seed means the same values on that GPU
+    model (PyTorch spreads the draws over the GPU's SMs), and on the CPU by the CPU's. Drawn on
+    the CPU for a GPU, a check's inputs cost a core 0.4-0.6 s per 16-23M elements (float64, one
+    thread: the 2-core CPU machine), and 03's awkward shapes took 13-16 s of a run again's checks
+    on an H200, mostly drawing them."""
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def randn(shape, *, seed: int, dtype, device, scale: float = 1.0, offset: float = 0.0):
-    """Fresh normal values from `seed`, drawn where they are used: on a GPU by its own generator
-    (Philox), so a seed means the same values on that GPU model (PyTorch spreads the draws over
-    the GPU's SMs), and on the CPU by the CPU's. Drawn on the CPU for a GPU, a check's inputs
-    cost a core 0.4-0.6 s per 16-23M elements (float64, one thread: the 2-core CPU machine), and
-    03's awkward shapes took 13-16 s of a run again's checks on an H200, mostly drawing them."""
-    device = torch.device(device)
-    g = torch.Generator(device=device).manual_seed(seed)
-    t = torch.randn(shape, generator=g, dtype=torch.float64, device=device)
+    """Fresh normal values from `seed`, drawn on `device` (`generator`)."""
+    t = torch.randn(shape, generator=generator(device, seed), dtype=torch.float64, device=device)
     return (t * scale + offset).to(dtype)
 
 
@@ -238,11 +242,10 @@ def exp_limit(dtype) -> float:
 def past_fp16(shape, *, seed: int, device, dtype=torch.bfloat16, lo: float = BEYOND_FP16[0],
               hi: float = BEYOND_FP16[1]) -> torch.Tensor:
     """bf16 values whose magnitudes are uniform in [lo, hi] (past fp16's 65504 by default),
-    random signs, from `seed` (drawn where they are used, as `randn`)."""
+    random signs, from `seed` (drawn on `device`, as `randn`)."""
     if not lo > FP16_MAX:
         raise ValueError(f"lo={lo} is not past fp16's largest number {FP16_MAX}")
-    device = torch.device(device)
-    g = torch.Generator(device=device).manual_seed(seed)
+    g = generator(device, seed)
     mag = torch.empty(shape, dtype=torch.float64, device=device).uniform_(lo, hi, generator=g)
     sign = torch.randint(0, 2, shape, generator=g, device=device).to(torch.float64) * 2 - 1
     return (mag * sign).to(dtype)
@@ -255,7 +258,7 @@ def extremes(t: torch.Tensor, *, seed: int, beyond_fp16: bool = True) -> torch.T
     if t.numel() == 0 or not t.is_floating_point():
         return t
     flat = t.detach().reshape(-1).clone()
-    g = torch.Generator(device=flat.device).manual_seed(seed)  # drawn there, as `randn`
+    g = generator(flat.device, seed)  # drawn there, as `randn`
     k = max(1, flat.numel() // 16)
     idx = torch.randperm(flat.numel(), generator=g, device=flat.device)[:k]
     special = torch.tensor([0.0, -0.0], dtype=torch.float64, device=flat.device)

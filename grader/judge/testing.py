@@ -31,7 +31,7 @@ import torch
 from grader.common.settings import current
 from grader.judge import check, probes
 from grader.judge.check import Mismatch
-from grader.judge.strategies import each_view
+from grader.judge.strategies import each_view, generator
 
 INTERPRETER = ("needs a GPU: Triton's CPU interpreter reads the data pointer of every tensor a "
                "kernel gets, and {what} runs the op on FakeTensors, which have none")
@@ -331,12 +331,11 @@ def new_contents_same_shapes(fn, args, names, expected_of, check_outputs, *, see
     refill, gens = [], {}
     for a in args:
         if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel():
-            # drawn where it is used (grader.judge.strategies.randn: a GPU-sized input drawn
-            # on the CPU costs a core most of a second)
+            # drawn where it is used (strategies.generator), one generator per device
             if a.device not in gens:
-                gens[a.device] = torch.Generator(device=a.device).manual_seed(seed)
-            g = gens[a.device]
-            fresh = torch.randn(a.shape, generator=g, dtype=torch.float64, device=a.device)
+                gens[a.device] = generator(a.device, seed)
+            fresh = torch.randn(a.shape, generator=gens[a.device], dtype=torch.float64,
+                                device=a.device)
             scale = a.double().std().clamp_min(0.1).nan_to_num(1.0).item()
             refill.append(torch.empty_like(a).copy_(fresh * scale +
                                                     a.double().mean().nan_to_num(0.0).item()))
