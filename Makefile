@@ -4,7 +4,8 @@
 #                             REPRO=check@example: one failing example again, as a failure prints it;
 #                             QUICK=1: the forward's checks, one example per property check, none of
 #                             the backward's other checks, no opcheck nor torch.compile,
-#                             the baselines' kept figures; TIMES=1: where the seconds went)
+#                             the baselines' kept figures, two validated timed calls;
+#                             TIMES=1: where the seconds went)
 # make watch-02               regrade one exercise on every save, with the seconds it took (QUICK=1:
 #                             QUICK's examples and the timing)
 # make bench                  solutions/ vs baselines into docs/performance.md (needs a GPU;

@@ -359,6 +359,60 @@ def test_a_tracks_duration_is_its_judges_own_seconds():
     assert Phase((ev.Done(t=5.0),)).seconds is None  # no judge started: the run's clock instead
 
 
+def test_a_track_in_shares_reports_the_build_its_shares_waited_for():
+    """Each share's process loads the track; one compiles it and the others find it built (the
+    build folder's lock). The track's build is the one that compiled, whichever share reported
+    last (the scorecard said "cached 0s" of 03's 21 s build on the 2-core machine); a failure
+    is reported before any success."""
+    def share(began, built_at, seconds, rebuilt, ok=True):
+        return Phase((ev.JudgeStarted(began=began, t=began + 0.1),
+                      ev.Build(ok=ok, stage="build", seconds=seconds, rebuilt=rebuilt,
+                               t=built_at), ev.Done(t=built_at + 1)))
+    built, waited = share(100.0, 121.0, 20.5, True), share(100.0, 121.2, 0.02, False)
+    for shares in ([built, waited], [waited, built]):
+        r = track_result("03_bias_relu", "cuda", "t", Phase.merged(shares))
+        assert r.build["rebuilt"] is True and r.build["seconds"] == 20.5
+        assert r.times["build"] == 20.5
+    failed = share(100.0, 110.0, 9.0, True, ok=False)
+    r = track_result("03_bias_relu", "cuda", "t", Phase.merged([built, failed]))
+    assert r.build["ok"] is False
+
+
+def test_the_gpu_is_named_by_the_driver_without_torch(monkeypatch):
+    """The grade's process names its GPU by asking the driver's library (cuDeviceGetName), not
+    torch: importing torch there for it started the warming and timing judges ~4 s late on the
+    GPU hosts. Without a driver, or where it refuses, there is none."""
+    from grader.common import machine
+
+    class Driver:  # libcuda's entry points, as ctypes calls them
+        def __init__(self, init=0, count=1):
+            self.init, self.count = init, count
+
+        def cuInit(self, flags):
+            return self.init
+
+        def cuDeviceGetCount(self, count):
+            count._obj.value = self.count
+            return 0
+
+        def cuDeviceGet(self, device, ordinal):
+            device._obj.value = ordinal
+            return 0
+
+        def cuDeviceGetName(self, name, size, device):
+            name.value = b"NVIDIA H200"[:size - 1]
+            return 0
+    monkeypatch.setattr(machine, "driver_loaded", lambda: True)
+    monkeypatch.setattr(machine.ctypes, "CDLL", lambda path: Driver())
+    assert machine.cuda_devices() == 1 and machine.cuda_device_name() == "NVIDIA H200"
+    monkeypatch.setattr(machine.ctypes, "CDLL", lambda path: Driver(count=0))
+    assert machine.cuda_device_name() is None
+    monkeypatch.setattr(machine.ctypes, "CDLL", lambda path: Driver(init=100))  # no device
+    assert machine.cuda_devices() == 0 and machine.cuda_device_name() is None
+    monkeypatch.setattr(machine, "driver_loaded", lambda: False)
+    assert machine.cuda_device_name() is None
+
+
 def test_a_fresh_gpu_host_orders_the_checks_by_the_shipped_figures(monkeypatch, tmp_path):
     """Without the cache's figures, a GPU host starts the tracks by the shipped ones (a whole
     grade's, measured with `.cache` removed): the Triton tracks that compile for a minute no

@@ -36,21 +36,42 @@ def driver_loaded() -> bool:
     return any(os.path.exists(p) for p in DRIVER)
 
 
-def cuda_devices() -> int:
-    """The GPUs CUDA can use here (CUDA_VISIBLE_DEVICES applies), asked of the driver's library
-    (cuInit, cuDeviceGetCount) in 0.1 s, not of torch (2-3 s of import): 0 without a driver or a
-    device, or where the driver refuses. It initializes CUDA in the asking process: never ask in
-    a process that later forks one that uses CUDA (a zygote)."""
+def _cuda() -> ctypes.CDLL | None:
+    """The driver's library, initialized (cuInit), or None: no driver, or it refuses. It
+    initializes CUDA in the asking process: never ask in a process that later forks one that
+    uses CUDA (a zygote)."""
     if not driver_loaded():
-        return 0
+        return None
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
-        return 0
+        return None
+    return cuda if cuda.cuInit(0) == 0 else None
+
+
+def cuda_devices() -> int:
+    """The GPUs CUDA can use here (CUDA_VISIBLE_DEVICES applies), asked of the driver's library
+    (cuDeviceGetCount) in 0.1 s, not of torch (2-3 s of import): 0 without a driver or a device,
+    or where the driver refuses."""
     count = ctypes.c_int(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+    cuda = _cuda()
+    if cuda is None or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return 0
     return count.value
+
+
+def cuda_device_name() -> str | None:
+    """The first of those GPUs by name, the string torch.cuda.get_device_name() gives (both read
+    the driver's), or None where there is none. Asked of the driver's library: a grade's process
+    that imported torch for it (2-3 s with bytecode, ~4 s without, as on the GPU hosts) started
+    its warming and timing judges that much later."""
+    cuda, device = _cuda(), ctypes.c_int(0)
+    if cuda is None or cuda_devices() == 0 or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
+        return None
+    name = ctypes.create_string_buffer(256)
+    if cuda.cuDeviceGetName(name, len(name), device) != 0:
+        return None
+    return name.value.decode(errors="replace") or None
 
 
 def links_shared_libstdcxx(compiler: str) -> bool:

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from grader.common import events as ev
 from grader.common.discover import Exercise, Track
-from grader.common.machine import cuda_devices, driver_loaded, landlock_available
+from grader.common.machine import cuda_device_name, cuda_devices, driver_loaded, \
+    landlock_available
 from grader.common.paths import ROOT, aot_dir, warm_marker
 from grader.common.pristine import unchanged_starter
 from grader.common.processes import child_env, short_tempdir
@@ -109,7 +110,7 @@ def grade(sub: Submission, progress=None) -> Grade:
         for ex, t in todo.values():
             shares_of[(ex.id, t.name)] = shares_of.get((ex.id, t.name), 0) + 1
         done_shares: dict[tuple, list] = {}
-        gpu = _gpu_name()  # here, while the judges start
+        gpu = cuda_device_name()
         bench = sub.bench and gpu is not None
         if bench and not settings.quick and landlock_available():
             # the tracks of one exercise share one baseline measurement (the judge writes it; a
@@ -193,16 +194,6 @@ def grade_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = F
     sub = Submission(Path(tree), (exercise,), (track.name,), settings or from_environment(),
                      bench)
     return grade(sub).rows[0][1]
-
-
-def _gpu_name() -> str | None:
-    """This machine's GPU, or None. torch is imported only where a driver is loaded: on a
-    machine without one, importing it here only to hear "no" cost 1.3 s of CPU, competing with
-    the judge's and the submission's own imports (~0.7 s of a one-exercise grade on 2 cores)."""
-    if not driver_loaded():
-        return None
-    import torch  # only where a driver is loaded (above): 2-3 s, beside the judges' start
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
 
 
 @contextmanager
