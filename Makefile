@@ -13,7 +13,7 @@
 # make test                   the project's own tests
 # make stop                   end the grader's processes kept ready between commands (WARM)
 # BUILD=aot                   (with grade/exercise-NN) ahead-of-time builds of the CUDA tracks
-# WARM=900                    (with grade/exercise-NN, on a machine without a GPU) the grader's
+# WARM=900                    (with grade/exercise-NN) the grader's
 #                             processes kept ready that many seconds for the next command (0: not
 #                             kept); make stop ends them
 SHELL := /bin/bash
