@@ -51,7 +51,7 @@ _ENV = ("PYTHONPATH", "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE", "CUDA_VI
 
 def allowed(settings) -> bool:
     """May this grade use a keeper: asked to, and a submission's process cannot reach one. On a
-    GPU host too: there a grade without one started its own zygotes, 2.4-2.8 s before its first
+    GPU host too: there a grade without one started its own zygotes, 2.4-3.0 s before its first
     judge, in every `make exercise-13 QUICK=1` (an H200, docs/performance.md, "Grading time",
     the session of 2026-11-30 08:40 UTC, which measured both on one machine)."""
     return settings.keep > 0 and settings.signals == "auto" and landlock_abi() >= 6
