@@ -24,7 +24,8 @@ WARM ?= 900
 RESULTS ?= results.json
 BENCH_OUT ?= docs
 VENV := .venv
-# make test: pytest-xdist workers where it is installed (auto: one per core)
+# make test: pytest-xdist workers where it is installed (auto: one per core); an idle worker
+# takes tests queued for a busy one (worksteal): the suite's longest tests build 03 for 40-90 s
 TEST_JOBS ?= auto
 
 # Use a python3 that already has everything (the GPU machines: no network, nothing to
@@ -74,7 +75,7 @@ bench: $(SETUP)
 # Workers side by side only with Landlock: without it a grade snapshots and restores the whole
 # repository, and a tampering test's write would race the other worker's reads (tests/conftest.py)
 test: $(SETUP)
-	$(PY) -m pytest tests $$($(PY) -c "import xdist; from grader.common.machine import landlock_available as l; assert l()" 2>/dev/null && echo "-n $(TEST_JOBS)")
+	$(PY) -m pytest tests $$($(PY) -c "import xdist; from grader.common.machine import landlock_available as l; assert l()" 2>/dev/null && echo "-n $(TEST_JOBS) --dist worksteal")
 
 list: $(SETUP)
 	@$(PY) -m grader list
