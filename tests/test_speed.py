@@ -397,7 +397,7 @@ def test_the_gpu_is_named_by_the_driver_without_torch(monkeypatch):
 
         def cuDeviceGet(self, device, ordinal):
             device._obj.value = ordinal
-            return 0
+            return 0 if ordinal < self.count else 101  # CUDA_ERROR_INVALID_DEVICE
 
         def cuDeviceGetName(self, name, size, device):
             name.value = b"NVIDIA H200"[:size - 1]

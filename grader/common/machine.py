@@ -65,9 +65,8 @@ def cuda_device_name() -> str | None:
     the driver's), or None where there is none. Asked of the driver's library: a grade's process
     that imported torch for it (2-3 s with bytecode, ~4 s without, as on the GPU hosts) started
     its warming and timing judges that much later."""
-    device = ctypes.c_int(0)
-    if cuda_devices() == 0 or (cuda := _cuda()) is None or \
-            cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
+    cuda, device = _cuda(), ctypes.c_int(0)
+    if cuda is None or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:  # no device 0: none
         return None
     name = ctypes.create_string_buffer(256)
     if cuda.cuDeviceGetName(name, len(name), device) != 0:
