@@ -641,3 +641,66 @@ def test_checks_step_aside_for_the_builds_beside_them(monkeypatch, tmp_path):
         out = subprocess.run([sys.executable, "-c", probe], env=child_env(Settings(niced=niced)),
                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
         assert int(out) == min(expect, 19 - os.nice(0)), out
+
+
+def test_timing_judges_warm_up_only_while_no_track_is_timing(monkeypatch, tmp_path):
+    """Timing judges started ahead while the checks run (a track with nothing to build at once,
+    another once its checks have loaded the build) may warm up on the GPU before their gate
+    (each is given a file that says so); before the first timing the grade takes that back and
+    waits until every one of them is done warming (at its gate); one still warming after the
+    wait is cancelled (its track is then timed by a judge started at its turn), and a judge
+    started from then on, while a track times, never warms up."""
+    import subprocess
+    import types
+
+    from grader.run import tracks
+    killed, started = [], {}
+
+    class FakeJudges:
+        def start(self, ex, t, phase, folder, gate=None, warm=None):
+            events = folder / f"{phase}.jsonl"
+            proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+            started[ex.id] = (warm, events)
+            return types.SimpleNamespace(proc=proc, events=events)
+
+    def kill(j):
+        killed.append(j)
+        j.proc.kill()
+        j.proc.wait()
+    monkeypatch.setattr(tracks, "kill_judge", kill)
+    exs = [discover(only=n)[0] for n in ("01", "04", "05")]
+    ahead = tracks.Ahead()
+    ahead.start(FakeJudges(), [(ex, next(iter(ex.tracks.values()))) for ex in exs[:2]])
+    # 01's Triton track has nothing to build: its judge starts with the checks; 04's CUDA track
+    # once its checks have built and loaded it
+    assert exs[0].id in started and exs[1].id not in started
+    for ex in exs[:2]:  # their checks loaded the build: started, each allowed to warm up
+        ahead.on_event(f"{ex.id} [{next(iter(ex.tracks))}]", "checks", ev.Build(ok=True))
+    warms = {ex.id: started[ex.id][0] for ex in exs[:2]}
+    assert all(w is not None and w.exists() for w in warms.values())
+    # the first is done warming (at its gate); the second never gets there
+    ev.Recorder(started[exs[0].id][1])(ev.Ready())
+    ahead.quiet(timeout_s=0.5)
+    assert not any(w.exists() for w in warms.values())  # taken back from both
+    assert [j.events for j in killed] == [started[exs[1].id][1]]  # the one still warming
+    assert ahead.take(exs[1], next(iter(exs[1].tracks.values()))) is None
+    ahead.ensure([(exs[2], next(iter(exs[2].tracks.values())))])  # while a track times
+    assert started[exs[2].id][0] is None
+    ahead.cancel()
+    assert len(killed) == 3
+
+
+def test_the_submission_zygote_computes_tritons_key_for_its_forks(monkeypatch):
+    """Triton hashes its own sources and compiler library at a process's first compile (0.4 s on
+    the GPU host): the submission's zygote does it once, where Triton compiles, so that every
+    process forked from it starts with it; where Triton interprets, nothing is computed."""
+    from triton.runtime.cache import triton_key
+
+    from grader.run import zygote
+    triton_key.cache_clear()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    zygote._triton_key()
+    assert triton_key.cache_info().currsize == 0
+    monkeypatch.delenv("TRITON_INTERPRET")
+    zygote._triton_key()
+    assert triton_key.cache_info().currsize == 1

@@ -1,7 +1,7 @@
 """Judge: grades one phase of one track of one tree, in a process of its own (grader.run.tracks).
 
     python -m grader.judge --tree starter --exercise 02_scale --track cuda --events E.jsonl \
-        [--phase checks|bench|sweep|warm] [--gate FILE]
+        [--phase checks|bench|sweep|warm] [--gate FILE [--warm FILE]]
 
 What runs here: the judge's process, which never imports the submission. It starts the
 submission's process first (grader.judge.spawn; adopted by grader.judge.proxy), so that process
@@ -40,6 +40,8 @@ def main(argv=None) -> int:
     p.add_argument("--phase", choices=["checks", "bench", "sweep", "warm"], default="checks")
     p.add_argument("--gate", type=Path, help="(bench, warm) get ready, then wait for this file to "
                                              "exist before timing anything")
+    p.add_argument("--warm", type=Path, help="(bench, with --gate) while this file exists, no "
+                                             "track is timing: warm up before the gate")
     p.add_argument("--scratch-in", type=Path, help="the folder to make the submission's "
                                                    "scratch folder in (the caller removes it)")
     p.add_argument("--fork-via", type=int, help="a zygote's channel: fork the submission's "

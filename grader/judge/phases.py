@@ -5,7 +5,8 @@ pytest and the rest, while that process imports its own).
 - `checks`: the review of the sources, then the exercise's checks through pytest and the
   grader's plugin, every call crossing to the submission's process;
 - `bench`: a fresh judge and submission process time the track (grader.judge.measure), waiting
-  at a gate where the grade started it ahead;
+  at a gate where the grade started it ahead (warmed up first while its `--warm` file exists:
+  no track is timing then);
 - `sweep`: `make bench` for one exercise (grader.judge.sweep);
 - `warm`: no submission at all: the exercise's compiled baselines, compiled ahead, then (at a
   gate, in a grade) every baseline timed with them, for the tracks' timings to read.
@@ -30,7 +31,7 @@ from grader.common.processes import crash_excerpt
 from grader.common.seam import start_sharing
 from grader.common.settings import current
 from grader.judge.baselines import prepare_performance, time_warmed_baselines, warm_baselines
-from grader.judge.measure import grade_performance
+from grader.judge.measure import grade_performance, warm_up
 from grader.judge.plugin import Grader
 from grader.judge.proxy import SubmissionDied, record_compiles
 from grader.judge.review import review_track
@@ -113,12 +114,18 @@ def _with_submission(args, exercise, track, record, early, spawner) -> None:
     if args.phase == "bench":  # the parent saw the build load; it is cached
         prepared = None
         if args.gate is not None:  # started ahead: another track may be timing right now
-            prepared = prepare_performance(exercise)  # CPU only: no kernel runs before the gate
-            if "forward_backward" in exercise.benchmark.modes:
-                try:
+            prepared = prepare_performance(exercise)  # CPU only
+            try:
+                if "forward_backward" in exercise.benchmark.modes:
                     session.request("prepare")  # the imports of a first backward (CPU only)
-                except SubmissionDied:
-                    pass  # the timing below meets the same end and reports it, as ever
+                # a kernel before the gate only while the grade says no track is timing
+                if args.warm is not None and args.warm.exists():
+                    began_warm = time.perf_counter()
+                    warm_up(session, exercise, prepared[0])
+                    print(f"[timing] warmed up before the gate: "
+                          f"{time.perf_counter() - began_warm:.2f} s", flush=True)
+            except SubmissionDied:
+                pass  # the timing below meets the same end and reports it, as ever
             _wait_at(args.gate, record)
         grade_performance(exercise, track, session, record, prepared)
         record_compiles(session, record)

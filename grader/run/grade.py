@@ -374,6 +374,7 @@ def _time_all(judges: Judges, pairs, checked, bench, ahead: Ahead, say, start,
     order = [(ex, t) for ex, t in pairs if timeable(ex, checked[(ex.id, t.name)])]
     ahead.drop(keep=order)  # tracks that turned out not to be timed
     timed = {}
+    ahead.quiet()  # no judge warms up on the GPU from here on: the timings need it alone
     for k, (ex, t) in enumerate(order):
         began = time.perf_counter()
         if ahead.judges is not None:

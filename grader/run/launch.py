@@ -45,10 +45,11 @@ def judge_env(settings: Settings) -> dict:
 
 
 def start_judge(tree: Path, exercise, track, phase: str, events: Path, settings: Settings,
-                gate: Path | None = None, forker=None) -> JudgeProcess:
+                gate: Path | None = None, forker=None, warm: Path | None = None) -> JudgeProcess:
     """Start one judge phase. With `gate`, the judge gets ready (its submission's process
     started and the track loaded) and then waits until that file exists before it measures
-    anything: grader.run.grade prepares the next track's timing while one runs alone. Its
+    anything: grader.run.grade prepares the next track's timing while one runs alone (`warm`:
+    while that file exists, no track is timing, and the judge warms up on the GPU). Its
     submission's scratch folder is made in the folder of its event log, which the caller removes
     when the judge has ended, whatever way it ended."""
     log = events.with_suffix(".log")
@@ -56,7 +57,7 @@ def start_judge(tree: Path, exercise, track, phase: str, events: Path, settings:
            "--track", track.name, "--events", str(events), "--phase", phase,
            "--scratch-in", str(events.parent)]
     if gate is not None:
-        cmd += ["--gate", str(gate)]
+        cmd += ["--gate", str(gate)] + (["--warm", str(warm)] if warm is not None else [])
     env = judge_env(settings)
     if phase == "checks" and settings.check_threads:
         # the checks of several tracks at once: each process (judge and submission) gets its

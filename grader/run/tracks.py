@@ -32,6 +32,8 @@ AHEAD = 4  # timing judges started ahead of their turn: getting one ready (its p
 #           CUDA, the baselines' callables) took ~15 s on the GPU host, longer than many timings
 #           (1-20 s): with one ahead the GPU waited for it; with two, behind two timings of 1-2 s
 #           (09's, 12's) the next one waited 4-7 s (the again run, 2026-11-29)
+WARM_WAIT_S = 30  # the longest the first timing waits for the judges still warming up (13's
+#                  warm-up, both modes at the benchmark case: 1.1-1.3 s on an H200)
 
 
 def timeable(exercise: Exercise, checks: Phase) -> bool:
@@ -44,17 +46,28 @@ class Prepared:
     """A judge started ahead, waiting at its gate: a timing (see Judges.time), or the exercise's
     warming judge, which compiles the baselines and times them at its turn (Judges.release)."""
 
-    def __init__(self, judges: "Judges", exercise: Exercise, track: Track, phase: str = "bench"):
+    def __init__(self, judges: "Judges", exercise: Exercise, track: Track, phase: str = "bench",
+                 warm: bool = False):
         self.tmp = tempfile.TemporaryDirectory(prefix="grader-", ignore_cleanup_errors=True)
         self.gate = Path(self.tmp.name) / "go"
+        # while this file exists no track is timing, and a timing judge warms up on the GPU
+        # before its gate (grader.judge.measure.warm_up); the grade removes it before any timing
+        self.warm = Path(self.tmp.name) / "warm" if warm else None
+        if self.warm is not None:
+            self.warm.touch()
         self.track = track
-        self.judge = judges.start(exercise, track, phase, Path(self.tmp.name), gate=self.gate)
+        self.judge = judges.start(exercise, track, phase, Path(self.tmp.name), gate=self.gate,
+                                  warm=self.warm)
 
-    def ready(self, poll_s: float = 0.05) -> bool:
-        """Wait until the judge waits at its gate (True) or has ended (False)."""
+    def ready(self, poll_s: float = 0.05, timeout_s: float | None = None) -> bool:
+        """Wait until the judge waits at its gate (True) or has ended, or `timeout_s` passed
+        (False)."""
+        until = None if timeout_s is None else time.monotonic() + timeout_s
         while self.judge.proc.poll() is None:
             if any(isinstance(e, ev.Ready) for e in ev.read(self.judge.events)):
                 return True
+            if until is not None and time.monotonic() > until:
+                return False
             time.sleep(poll_s)
         return False
 
@@ -76,9 +89,9 @@ class Judges:
         self.settings, self.follower, self.forker = settings, follower, forker
 
     def start(self, exercise: Exercise, track: Track, phase: str, folder: Path,
-              gate: Path | None = None) -> JudgeProcess:
+              gate: Path | None = None, warm: Path | None = None) -> JudgeProcess:
         return start_judge(self.tree, exercise, track, phase, folder / f"{phase}.jsonl",
-                           self.settings, gate=gate, forker=self.forker)
+                           self.settings, gate=gate, forker=self.forker, warm=warm)
 
     def wait(self, j: JudgeProcess, track: Track, timeout_s: float) -> Phase:
         """Follow a judge to its end (under its time limit); what it left."""
@@ -157,10 +170,12 @@ class _Guard:
 
 class Ahead:
     """Timing judges started ahead of their turn, each waiting at its gate: the first 1 + AHEAD
-    timed tracks' once their checks have loaded the build (told by the checks' `Build` event:
-    their process start, torch import, track load and the baselines' callables, ~10 s each on a
-    GPU host, then overlap the checks instead of following them), and while one track times,
-    the next AHEAD. One that turns out not to be timed is cancelled."""
+    timed tracks' once their checks have loaded the build (told by the checks' `Build` event;
+    at once for a track with nothing to build), so that their process start, torch import,
+    track load and the baselines' callables (~10 s each on a GPU host) overlap the checks
+    instead of following them; and while one track times, the next AHEAD. Those started while
+    the checks run also warm up on the GPU before their gate (no track is timing yet); `quiet`
+    ends that before the first timing. One that turns out not to be timed is cancelled."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -168,6 +183,7 @@ class Ahead:
         self.first: dict[str, tuple] = {}      # label -> (exercise, track): prepared on load
         self.loaded: set[str] = set()          # labels whose checks reported their build
         self.prepared: dict[str, Prepared] = {}
+        self.warming = True                    # no track timing yet: judges started warm up
 
     def on_event(self, label: str, phase: str, event) -> None:
         if phase == "checks" and isinstance(event, ev.Build) and event.ok:
@@ -180,8 +196,12 @@ class Ahead:
         with self.lock:
             self.judges = judges
             self.first = {_label(ex, t): (ex, t) for ex, t in candidates[:1 + AHEAD]}
-            for label in self.loaded & set(self.first):
-                self._prepare(label, *self.first[label])
+            for label, (ex, t) in self.first.items():
+                # a track with nothing to compile (Triton, Python) is only imported: its judge
+                # starts with the checks instead of after their `Build` (~1 s, then its warm-up
+                # overlaps them: QUICK of 13 waited 0.4 s for it, an H200, 2026-11-30)
+                if label in self.loaded or not t.sources:
+                    self._prepare(label, ex, t)
 
     def ensure(self, pairs) -> None:
         with self.lock:
@@ -192,6 +212,27 @@ class Ahead:
         with self.lock:
             for label in set(self.prepared) - {_label(ex, t) for ex, t in keep}:
                 self.prepared.pop(label).cancel()
+
+    def quiet(self, timeout_s: float = WARM_WAIT_S) -> None:
+        """Before a timing: no judge started from now on warms up, and every one that may be
+        warming is done (at its gate, or ended). One still warming after `timeout_s` (a hung
+        kernel, or a very slow first call) is cancelled: its track is timed by a judge started
+        at its turn, under the track's time limit, as without warming."""
+        with self.lock:
+            if not self.warming:
+                return
+            self.warming = False
+            waiting = dict(self.prepared)
+            for p in waiting.values():
+                if p.warm is not None:
+                    p.warm.unlink(missing_ok=True)
+        until = time.monotonic() + timeout_s
+        for label, p in waiting.items():
+            if p.warm is not None and not p.ready(timeout_s=max(0.0, until - time.monotonic())) \
+                    and p.judge.proc.poll() is None:
+                with self.lock:
+                    if self.prepared.get(label) is p:
+                        self.prepared.pop(label).cancel()
 
     def take(self, ex, t) -> Prepared | None:
         with self.lock:
@@ -206,7 +247,7 @@ class Ahead:
 
     def _prepare(self, label, ex, t) -> None:
         if self.judges is not None and label not in self.prepared:
-            self.prepared[label] = Prepared(self.judges, ex, t)
+            self.prepared[label] = Prepared(self.judges, ex, t, warm=self.warming)
 
 
 def _label(ex, t) -> str:
