@@ -696,11 +696,11 @@ def test_the_submission_zygote_computes_tritons_key_for_its_forks(monkeypatch):
     process forked from it starts with it; where Triton interprets, nothing is computed."""
     from triton.runtime.cache import triton_key
 
-    from grader.run import zygote
+    from grader.run.preload import triton_key_once
     triton_key.cache_clear()
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    zygote._triton_key()
+    triton_key_once()
     assert triton_key.cache_info().currsize == 0
     monkeypatch.delenv("TRITON_INTERPRET")
-    zygote._triton_key()
+    triton_key_once()
     assert triton_key.cache_info().currsize == 1

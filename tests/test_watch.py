@@ -111,10 +111,10 @@ def test_a_zygote_that_would_touch_cuda_refuses_to_serve(tmp_path):
 
 PRELOADED = """
 import json, os, sys, tempfile
-from grader.run import zygote
+from grader.run.preload import preload
 before = dict(os.environ)
 if sys.argv[1] == "preload":
-    zygote.preload("submission")
+    preload("submission")
 else:
     import torch._dynamo
 print(json.dumps({"dynamo": "torch._dynamo" in sys.modules, "tempdir": tempfile.tempdir,

@@ -13,9 +13,9 @@ So everything that process does after its start happens in the child as it does 
 judge's phases; the submission's sandbox (Landlock, signal scope, the audit hook, the watched
 functions of grader.submission), all before the submission is imported. What differs is only
 what was imported before: never the submission (the zygote has never seen it), and never CUDA.
-A fork after CUDA's initialisation is not valid, so preloading trips on any CUDA query (the
-import that made it is named and the zygote refuses to serve) and, after it, the zygote checks
-that the CUDA driver was not initialised.
+A fork after CUDA's initialisation is not valid, so preloading (grader.run.preload) trips on
+any CUDA query (the import that made it is named and the zygote refuses to serve) and, after
+it, the zygote checks that the CUDA driver was not initialised.
 
 Channels are Unix SOCK_SEQPACKET pairs made by the parent; there is no listening socket, so no
 other process (a sandboxed submission included) can reach a zygote:
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import ctypes
 import importlib
 import importlib.util
 import os
@@ -40,7 +39,6 @@ import select
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -51,113 +49,8 @@ import torch
 
 from grader.common import settings
 from grader.common.forking import MODULES, ZygoteError, pair, recv, send
+from grader.run.preload import cuda_initialised, preload, triton_key_once
 import gc
-
-# What each process imports before it does anything that depends on its request. Nothing here may
-# query CUDA at import (grader.judge.plugin does: HAS_GPU; it is imported by pytest in the child).
-PRELOAD = {
-    "judge": ["torch", "numpy", "pytest", "pytest_timeout", "_hypothesis_pytestplugin",
-              "hypothesis", "grader.common.discover", "grader.common.events",
-              "grader.common.processes", "grader.common.reference", "grader.common.seam",
-              "grader.common.settings", "grader.common.timing", "grader.common.trust",
-              "grader.common.poison", "grader.judge.spawn", "grader.judge.review",
-              "grader.judge.proxy", "grader.judge.explain", "grader.judge.check",
-              "grader.judge.cases", "grader.judge.testing", "grader.judge.gradcheck",
-              "grader.judge.strategies", "grader.judge.baselines", "grader.judge.measure",
-              "torch._dynamo"],  # FakeTensorMode's first use, a peer's, a compiled baseline's
-    "submission": ["torch", "numpy", "triton", "triton.language", "grader.common.discover",
-                   "grader.common.pyfile", "grader.common.settings", "grader.common.timing",
-                   "grader.common.trust", "grader.common.poison", "grader.common.seam",
-                   "grader.submission.early", "grader.submission.sandbox",
-                   "grader.submission.build", "grader.submission.server",
-                   "torch.autograd.profiler", "multiprocessing.connection", "landlock",
-                   # torch.library's triton_op, opcheck and torch.compile import it: 1 s of CPU
-                   # here; a forked process's start on a busy GPU host took 4-6 s without it
-                   "torch._dynamo"],
-}
-
-
-_TRIPPED: list[str] = []  # every tripwire that fired (a module may swallow the exception)
-
-
-def _trip(what: str):
-    def tripped(*a, **k):
-        _TRIPPED.append(what)
-        raise ZygoteError(f"CUDA was queried ({what}) while preloading")
-    return tripped
-
-
-def preload(role: str, extra=()) -> list[str]:
-    """Import the role's modules with every way torch has to reach the CUDA driver replaced by a
-    tripwire: a module that queries CUDA at import raises here, naming itself, instead of
-    initialising the driver. The imports that failed otherwise are returned (the child imports
-    them itself, as a started process would)."""
-    names = ("_cuda_getDeviceCount", "_cuda_init", "_cuda_getDevice", "_cuda_setDevice")
-    saved = {n: getattr(torch._C, n) for n in names if hasattr(torch._C, n)}
-    nvml = os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
-    # what an import may pin from this process's environment: torch._dynamo sets
-    # TORCHINDUCTOR_CACHE_DIR and tempfile's folder (/tmp) as it imports, and a child that kept
-    # them would write outside its sandbox's folders (it sets its own: grader.submission)
-    environ, tempdir = dict(os.environ), tempfile.tempdir
-    skipped = []
-    try:
-        for n in saved:
-            setattr(torch._C, n, _trip(f"torch._C.{n}"))
-        saved_lazy = torch.cuda._lazy_init
-        torch.cuda._lazy_init = _trip("torch.cuda._lazy_init")
-        try:
-            for name in PRELOAD[role] + list(extra):
-                try:
-                    importlib.import_module(name)
-                except ZygoteError as e:
-                    raise ZygoteError(f"{e}: importing {name}") from None
-                except Exception as e:  # not installed here: the child will say so, as ever
-                    skipped.append(f"{name} ({type(e).__name__}: {e})")
-                if _TRIPPED:  # the module caught it, and may keep a wrong answer: refuse too
-                    raise ZygoteError(f"CUDA was queried ({_TRIPPED[0]}) while preloading: "
-                                      f"importing {name}")
-        finally:
-            torch.cuda._lazy_init = saved_lazy
-    finally:
-        for n, fn in saved.items():
-            setattr(torch._C, n, fn)
-        os.environ.clear()
-        os.environ.update(environ)
-        tempfile.tempdir = tempdir
-        if nvml is not None:
-            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = nvml
-    return skipped
-
-
-def _triton_key() -> None:
-    """Triton's own key, computed once here for every forked process: each compile's cache key
-    starts with a hash of Triton's sources and its compiler library, which a process computes
-    at its first compile, found in the cache or not (0.41 s of a first forward's 1.6 s on an
-    H200 host, cProfile, 2026-11-30): once per process, so once per check share and timing.
-    CPU only (files read and hashed). Not where Triton interprets (nothing is compiled)."""
-    if os.environ.get("TRITON_INTERPRET") == "1" or "triton" not in sys.modules:
-        return
-    try:
-        from triton.runtime.cache import triton_key
-    except ImportError:  # a Triton that keys its cache elsewhere: each process computes it
-        return
-    if hasattr(triton_key, "cache_info"):  # computed once per process: the forks inherit it
-        triton_key()
-
-
-def cuda_initialised() -> str | None:
-    """Why this process may not fork (the CUDA driver initialised, a CUDA context), or None."""
-    if torch.cuda.is_initialized():
-        return "torch initialised CUDA"
-    libs = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
-            if "/libcuda.so" in line}
-    for lib in libs:  # loaded is not initialised: cuCtxGetCurrent answers 3 before cuInit
-        ctx = ctypes.c_void_p()
-        rc = ctypes.CDLL(lib).cuCtxGetCurrent(ctypes.byref(ctx))
-        if rc != 3:  # CUDA_ERROR_NOT_INITIALIZED
-            return f"the CUDA driver was initialised ({lib}: cuCtxGetCurrent returned {rc})"
-    return None
-
 
 class _Child:
     """A forked child: its pid (the leader of its own process group) and its status channel."""
@@ -452,7 +345,7 @@ def main(argv=None) -> int:
     for s in skipped:
         print(f"zygote {args.role}: not preloaded: {s}", flush=True)
     if args.role == "submission":
-        _triton_key()
+        triton_key_once()
     # what the imports made is never collected: a child's full collections (pytest makes a few
     # as it ends) skip it, instead of writing to every page of it (copy-on-write: ~0.5 s here)
     gc.collect()
