@@ -149,12 +149,11 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     began = time.perf_counter()
     trace = lambda what: print(f"[timing]   {mode} {what}: {time.perf_counter() - began:.2f} s",
                                flush=True)
-    share = _share
     args = make_inputs(exercise, ref, case, fresh_seed())
     dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
     torch.cuda.synchronize()
-    r = session.request("time", entry=b.call, args=share(args), mode=mode,
-                        grad_args=list(b.grad_args), dy=share(dy) if dy is not None else None,
+    r = session.request("time", entry=b.call, args=_share(args), mode=mode,
+                        grad_args=list(b.grad_args), dy=_share(dy) if dy is not None else None,
                         wrap=b.wrap, timeout_s=max(600, session.timeout_s))
     t = {k: _ok(r)[k] for k in ("ms", "p20", "p80", "host_ms", "method")}
     if r.get("capture_error"):
@@ -180,11 +179,11 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     per_set = nbytes(one) * 2 + 1
     k = max(2, min(QUICK_SETS if current().quick else 8, BATCH_BYTES // per_set))
     warm_dy = dy_for(ref, one, exercise) if mode == "forward_backward" else None
-    warmup = share((one, warm_dy))
+    warmup = _share((one, warm_dy))
     del one, warm_dy
     walls, problem = [], None
     for attempt in range(BATCH_TRIES):
-        wall_ms, problem = _validated_batch(session, exercise, ref, case, mode, k, warmup, share,
+        wall_ms, problem = _validated_batch(session, exercise, ref, case, mode, k, warmup,
                                             graphs=t["method"] == "graph", trace=trace)
         walls.append(wall_ms)
         trace(f"batch {attempt + 1}: {k} input sets staged, run ({wall_ms * 1e3:.1f} us a call) "
@@ -199,7 +198,7 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     return t
 
 
-def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, graphs: bool,
+def _validated_batch(session, exercise, ref, case, mode, k, warmup, *, graphs: bool,
                      trace=lambda what: None):
     """Stage k input sets in the submission's process (a graph captured on each), write new
     values into every set, time the k back-to-back replays (or calls) with the judge's clock
@@ -207,8 +206,8 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, gr
     judge wrote. Returns (ms per call, the first problem or None)."""
     b = exercise.benchmark
     staged = [make_inputs(exercise, ref, case, fresh_seed()) for _ in range(k)]
-    sent = share(staged)
-    sent_dys = share([dy_for(ref, s, exercise) for s in staged]) \
+    sent = _share(staged)
+    sent_dys = _share([dy_for(ref, s, exercise) for s in staged]) \
         if mode == "forward_backward" else None
     del staged
     torch.cuda.synchronize()
@@ -247,15 +246,14 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, share, *, gr
     fixed = [tree_map(lambda v: None if isinstance(v, torch.Tensor) else v, s) for s in sets]
     del sets, dys, outs
     trace("  validated against float64")
-    problem = problem or _each_call_its_own(session, exercise, ref, case, mode, fixed, share,
-                                            limit)
+    problem = problem or _each_call_its_own(session, exercise, ref, case, mode, fixed, limit)
     trace("  each call run alone on new values and validated")
     _ok(session.request("unstage"))
     torch.cuda.empty_cache()
     return max(wall - noop, 1e-6) * 1e3 / k, problem
 
 
-def _each_call_its_own(session, exercise, ref, case, mode, fixed, share, limit) -> str | None:
+def _each_call_its_own(session, exercise, ref, case, mode, fixed, limit) -> str | None:
     """The staged calls again, untimed, one at a time in a random order: new values into a
     set, its call alone, its outputs read before any other call runs. A batch whose calls were
     served by one launch (the last call computing every set: "superbatching") passes `go`'s
@@ -265,8 +263,8 @@ def _each_call_its_own(session, exercise, ref, case, mode, fixed, share, limit) 
     for i in random.Random(fresh_seed()).sample(range(k), k):
         args = _with_fixed(fixed[i], make_inputs(exercise, ref, case, fresh_seed()))
         dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
-        reply = _ok(session.request("prove", index=i, args=share(args),
-                                    dy=share(dy) if dy is not None else None, timeout_s=limit))
+        reply = _ok(session.request("prove", index=i, args=_share(args),
+                                    dy=_share(dy) if dy is not None else None, timeout_s=limit))
         outs = [o.clone() if isinstance(o, torch.Tensor) else None for o in reply["outs"]]
         del reply
         problem = validate(exercise, ref, args, mode, outs, dy)
