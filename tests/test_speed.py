@@ -4,6 +4,7 @@ specializations Triton would compile are counted by Triton's own rule."""
 import dataclasses
 import os
 import sys
+import time
 import types
 
 import torch
@@ -646,13 +647,15 @@ def test_checks_step_aside_for_the_builds_beside_them(monkeypatch, tmp_path):
 def test_timing_judges_warm_up_only_while_no_track_is_timing(monkeypatch, tmp_path):
     """Timing judges started ahead while the checks run (a track with nothing to build at once,
     another once its checks have loaded the build) may warm up on the GPU before their gate
-    (each is given a file that says so); before the first timing the grade takes that back and
-    waits until every one of them is done warming (at its gate); one still warming after the
-    wait is cancelled (its track is then timed by a judge started at its turn), and a judge
-    started from then on, while a track times, never warms up."""
+    (each is given a file that says so, which it takes as it begins); before the first timing
+    the grade removes the files and waits for every judge that took its file until it is done
+    warming (at its gate); one still warming after the wait is cancelled (its track is then
+    timed by a judge started at its turn); one that had not begun (still importing) is not
+    waited for and never warms; a judge started from then on, while a track times, never
+    warms up."""
     import subprocess
-    import types
 
+    from grader.judge.phases import _claim
     from grader.run import tracks
     killed, started = [], {}
 
@@ -668,26 +671,35 @@ def test_timing_judges_warm_up_only_while_no_track_is_timing(monkeypatch, tmp_pa
         j.proc.kill()
         j.proc.wait()
     monkeypatch.setattr(tracks, "kill_judge", kill)
-    exs = [discover(only=n)[0] for n in ("01", "04", "05")]
+    exs = [discover(only=n)[0] for n in ("01", "04", "05", "06")]
+    track = lambda ex: next(iter(ex.tracks.values()))
     ahead = tracks.Ahead()
-    ahead.start(FakeJudges(), [(ex, next(iter(ex.tracks.values()))) for ex in exs[:2]])
+    ahead.start(FakeJudges(), [(ex, track(ex)) for ex in exs[:3]])
     # 01's Triton track has nothing to build: its judge starts with the checks; 04's CUDA track
     # once its checks have built and loaded it
     assert exs[0].id in started and exs[1].id not in started
-    for ex in exs[:2]:  # their checks loaded the build: started, each allowed to warm up
+    for ex in exs[:3]:  # their checks loaded the build: started, each allowed to warm up
         ahead.on_event(f"{ex.id} [{next(iter(ex.tracks))}]", "checks", ev.Build(ok=True))
-    warms = {ex.id: started[ex.id][0] for ex in exs[:2]}
+    warms = {ex.id: started[ex.id][0] for ex in exs[:3]}
     assert all(w is not None and w.exists() for w in warms.values())
-    # the first is done warming (at its gate); the second never gets there
+    # 01's and 04's judges begin to warm up; 01's is done (at its gate), 04's never gets there;
+    # 05's is still importing
+    assert _claim(warms[exs[0].id]) and _claim(warms[exs[1].id])
     ev.Recorder(started[exs[0].id][1])(ev.Ready())
+    began = time.monotonic()
     ahead.quiet(timeout_s=0.5)
-    assert not any(w.exists() for w in warms.values())  # taken back from both
+    assert time.monotonic() - began < 5
+    assert not any(w.exists() for w in warms.values())  # taken back from 05's
+    assert not _claim(warms[exs[2].id])  # 05's judge, its imports done: no warm-up now
     assert [j.events for j in killed] == [started[exs[1].id][1]]  # the one still warming
-    assert ahead.take(exs[1], next(iter(exs[1].tracks.values()))) is None
-    ahead.ensure([(exs[2], next(iter(exs[2].tracks.values())))])  # while a track times
-    assert started[exs[2].id][0] is None
+    assert ahead.take(exs[1], track(exs[1])) is None
+    kept = ahead.take(exs[2], track(exs[2]))  # not waited for, not cancelled
+    assert kept is not None and kept.judge.proc.poll() is None
+    kept.cancel()
+    ahead.ensure([(exs[3], track(exs[3]))])  # while a track times
+    assert started[exs[3].id][0] is None
     ahead.cancel()
-    assert len(killed) == 3
+    assert len(killed) == 4
 
 
 def test_the_submission_zygote_computes_tritons_key_for_its_forks(monkeypatch):

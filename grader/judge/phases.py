@@ -18,6 +18,7 @@ import gc
 import os
 import threading
 import time
+from pathlib import Path
 
 import _hypothesis_pytestplugin  # noqa: F401 (loaded by name below: imported here, early)
 import pytest
@@ -63,6 +64,17 @@ def run_phase(args, began: float, early, spawner) -> int:
         _with_submission(args, exercise, track, record, early, spawner)
     record(ev.Done())
     return 0
+
+
+def _claim(warm: Path) -> bool:
+    """Take the warm file (renamed, so that the grade's removal of it fails and tells it that
+    this judge is warming up and must be waited for); False where the grade removed it first:
+    a track times now, and this judge only waits at its gate."""
+    try:
+        warm.rename(warm.with_name(warm.name + ".taken"))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _wait_at(gate, record) -> None:
@@ -119,7 +131,7 @@ def _with_submission(args, exercise, track, record, early, spawner) -> None:
                 if "forward_backward" in exercise.benchmark.modes:
                     session.request("prepare")  # the imports of a first backward (CPU only)
                 # a kernel before the gate only while the grade says no track is timing
-                if args.warm is not None and args.warm.exists():
+                if args.warm is not None and _claim(args.warm):
                     began_warm = time.perf_counter()
                     warm_up(session, exercise, prepared[0])
                     print(f"[timing] warmed up before the gate: "

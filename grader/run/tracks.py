@@ -50,8 +50,9 @@ class Prepared:
                  warm: bool = False):
         self.tmp = tempfile.TemporaryDirectory(prefix="grader-", ignore_cleanup_errors=True)
         self.gate = Path(self.tmp.name) / "go"
-        # while this file exists no track is timing, and a timing judge warms up on the GPU
-        # before its gate (grader.judge.measure.warm_up); the grade removes it before any timing
+        # while this file exists no track is timing, and a timing judge may warm up on the GPU
+        # before its gate (grader.judge.measure.warm_up), taking the file as it begins; the
+        # grade removes it before any timing (Ahead.quiet)
         self.warm = Path(self.tmp.name) / "warm" if warm else None
         if self.warm is not None:
             self.warm.touch()
@@ -214,21 +215,27 @@ class Ahead:
                 self.prepared.pop(label).cancel()
 
     def quiet(self, timeout_s: float = WARM_WAIT_S) -> None:
-        """Before a timing: no judge started from now on warms up, and every one that may be
-        warming is done (at its gate, or ended). One still warming after `timeout_s` (a hung
-        kernel, or a very slow first call) is cancelled: its track is timed by a judge started
-        at its turn, under the track's time limit, as without warming."""
+        """Before a timing: no judge started from now on warms up, and every one that is
+        warming is done (at its gate, or ended). A judge takes its warm file when it begins to
+        warm up (grader.judge.phases._claim): one whose file is still there is removed here and
+        never warms (a judge still importing is not waited for). One still warming after
+        `timeout_s` (a hung kernel, or a very slow first call) is cancelled: its track is timed
+        by a judge started at its turn, under the track's time limit, as without warming."""
         with self.lock:
             if not self.warming:
                 return
             self.warming = False
-            waiting = dict(self.prepared)
-            for p in waiting.values():
-                if p.warm is not None:
-                    p.warm.unlink(missing_ok=True)
+            waiting = {}
+            for label, p in self.prepared.items():
+                if p.warm is None:
+                    continue
+                try:
+                    p.warm.unlink()  # not taken: that judge will not warm up
+                except FileNotFoundError:
+                    waiting[label] = p
         until = time.monotonic() + timeout_s
         for label, p in waiting.items():
-            if p.warm is not None and not p.ready(timeout_s=max(0.0, until - time.monotonic())) \
+            if not p.ready(timeout_s=max(0.0, until - time.monotonic())) \
                     and p.judge.proc.poll() is None:
                 with self.lock:
                     if self.prepared.get(label) is p:
