@@ -90,6 +90,7 @@ DENIED = {
 # standard module): read from the installed torch and triton, checked by the tests
 MODULE_ALIASES = {
     "torch": {"classes", "cpp", "typing_extensions", "windows"},
+    "torch.cuda": {"pynvml"},  # NVML's binding, where nvidia-ml-py is installed (the GPU hosts)
     "torch.nn.functional": {"grad", "np"}, "torch.autograd.function": {"hooks"},
     "triton.language.math": {"core"}, "triton.language.extra": {"module"},
     "triton.language.extra.cuda.libdevice": {"core"}, "triton.testing": {"runtime", "tl"},
