@@ -21,6 +21,7 @@ from grader.common.paths import BASELINES, warm_marker
 from grader.common.reference import load_reference
 from grader.common.settings import current
 from grader.common.timing import host_ms, make_step, time_step
+from grader.judge.alone import SETTLE_S, Watch, alone, shared_problem
 from grader.judge.cases import dy_for, fresh_seed, make_inputs, warm_fake_tensors
 
 
@@ -196,7 +197,15 @@ def baseline_times(exercise, ref, mode, fns) -> dict:
     out = _revalidated(exercise, ref, mode, fns, kept) if kept else {}
     missing = {n: f for n, f in fns.items() if n not in out}
     if missing:
-        measured = time_baselines(exercise, ref, b.case, mode, missing)
+        # this process's own kernels only: a submission's process (this judge's too) that ran
+        # some meanwhile would make the baselines slow and every speedup against them large
+        measured, shared = alone(lambda: time_baselines(exercise, ref, b.case, mode, missing),
+                                 Watch({os.getpid()}),
+                                 settle_s=SETTLE_S,
+                                 trace=lambda what: print(f"[timing]     {what}", flush=True))
+        if shared:  # no figure: no speedup against it is credited, and none is kept
+            why = shared_problem(f"the {mode} baselines' timing", shared)
+            return {**out, **{n: {"error": why, "shared": shared} for n in measured}}
         now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         out.update({n: {**t, "measured": now} for n, t in measured.items()})
     _write(kept_path, {n: {k: v for k, v in t.items() if k not in ("kept", "relooked_ms", "within")}

@@ -26,6 +26,7 @@ The figures go to the event log; the credit they earn is computed by grader.run.
 """
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -37,6 +38,7 @@ from grader.common.paths import CEILINGS as CEILING_CACHE
 from grader.common.seam import transfer_copy, tree_map
 from grader.common.settings import current
 from grader.common.trust import Delegation, SideStream
+from grader.judge.alone import ALONE_UNCHECKED, Watch, alone, shared_problem
 from grader.judge.baselines import baseline_times, prepare_performance
 from grader.judge.cases import dy_for, fresh_seed, make_inputs, nbytes
 from grader.judge.ceilings import measure_ceilings
@@ -359,10 +361,16 @@ def grade_performance(exercise, track, session, record, prepared: tuple | None =
     ref, fns = prepared or prepare_performance(exercise)
     stage("reference and baselines ready", "baselines")
     figures, problem = {}, None
+    # who may run kernels while the track is timed: this judge and the submission's process
+    watch = Watch({os.getpid(), session.proc.pid})
     for mode in b.modes:
         model = getattr(ref, b.model)(b.case, getattr(torch, b.dtype), mode)
         try:
-            t = time_submission(session, exercise, ref, b.case, mode)
+            t, shared = alone(lambda: time_submission(session, exercise, ref, b.case, mode),
+                              watch, trace=lambda what: print(f"[timing] {what}", flush=True))
+            if shared:
+                t["shared"] = {str(pid): util for pid, util in shared.items()}
+                t["problem"] = t.get("problem") or shared_problem(f"the {mode} timing", shared)
             stage(f"{mode}: the submission timed and validated", "submission")
         except (Delegation, SideStream) as e:
             problem = str(e)
@@ -378,6 +386,9 @@ def grade_performance(exercise, track, session, record, prepared: tuple | None =
         f["model"] = model
         f["baselines"] = baseline_times(exercise, ref, mode, fns)
         stage(f"{mode}: baselines", "baselines")
+        # a baseline slowed by another process's kernels would make every speedup large
+        problem = problem or next((bt["error"] for bt in f["baselines"].values()
+                                   if bt.get("shared")), None)
         f["speedup"] = {n: bt["ms"] / f["ms"] for n, bt in f["baselines"].items() if "ms" in bt}
         figures[mode] = f
         if problem:
@@ -389,4 +400,5 @@ def grade_performance(exercise, track, session, record, prepared: tuple | None =
         ceiling_name=c.label, ceiling_unit=c.unit, ceiling_value=ceilings[b.ceiling],
         figures=figures, problem=problem, seconds=spent,
         warnings=[w for f in figures.values() for w in f.get("warnings", [])] +
+        ([] if watch.able else [ALONE_UNCHECKED]) +
         ([f"no performance credit: {problem}"] if problem else [])))
