@@ -189,3 +189,41 @@ def test_the_driver_names_another_process_that_ran_kernels_during_a_timing(other
         assert shared == {}
     else:
         assert set(shared) == {child.pid} and shared[child.pid] > 0
+
+
+@pytest.mark.parametrize("case", ["alone", "shared", "baselines shared", "no nvml"])
+def test_the_timing_gives_no_credit_to_a_figure_that_never_ran_alone(monkeypatch, case):
+    """grade_performance, its GPU work faked: a track's timing that another process shared every
+    time, or baselines that were, make the performance problem (no credit, the pids named); one
+    alone earns its figures; without NVML the scorecard says the check did not run."""
+    from grader.common import events as ev
+    from grader.judge import measure
+    nvml = FakeNVML()
+    nvml.broken = case == "no nvml"
+    monkeypatch.setattr(alone, "_handle", lambda nvml: "gpu")
+    monkeypatch.setattr(alone.Watch, "wait_quiet", lambda self: None)
+    monkeypatch.setattr(measure, "Watch", lambda own: alone.Watch(own, nvml=nvml))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(measure, "measure_ceilings", lambda cache: {EX.benchmark.ceiling: 1000.0})
+
+    def time_submission(session, exercise, ref, case_, mode):
+        nvml.add({1: 100, **({9: 80} if case == "shared" else {})})  # 1: the judge itself
+        return {"ms": 1.0, "p20": 1.0, "p80": 1.0, "host_ms": 0.01, "method": "graph"}
+    monkeypatch.setattr(measure, "time_submission", time_submission)
+    why = alone.shared_problem("the forward baselines' timing", {9: 80})
+    monkeypatch.setattr(measure, "baseline_times", lambda *a: {"eager": (
+        {"error": why, "shared": {9: 80}} if case == "baselines shared" else {"ms": 2.0})})
+    monkeypatch.setattr(measure.os, "getpid", lambda: 1)
+    ref = types.SimpleNamespace(**{EX.benchmark.model: lambda c, dtype, mode: {
+        "bytes": 3e9, "flops": 1e9}})
+    session = types.SimpleNamespace(proc=types.SimpleNamespace(pid=2))
+    events = []
+    measure.grade_performance(EX, next(iter(EX.tracks.values())), session, events.append,
+                              prepared=(ref, {}))
+    p = next(e for e in events if isinstance(e, ev.Performance))
+    if case in ("alone", "no nvml"):
+        assert p.problem is None and p.figures
+        assert (alone.ALONE_UNCHECKED in p.warnings) == (case == "no nvml")
+    else:
+        assert "never had the GPU alone" in p.problem and "pid 9 at 80% SM" in p.problem
+        assert any(w.startswith("no performance credit: ") for w in p.warnings)
