@@ -227,3 +227,21 @@ def test_the_timing_gives_no_credit_to_a_figure_that_never_ran_alone(monkeypatch
     else:
         assert "never had the GPU alone" in p.problem and "pid 9 at 80% SM" in p.problem
         assert any(w.startswith("no performance credit: ") for w in p.warnings)
+
+
+def test_the_grade_names_the_process_that_shared_the_gpu_by_its_track():
+    """A pid means nothing once the grade has ended: where it was the submission's process of a
+    timing judge of this grade (its Ready event), the problem names that track."""
+    from grader.common import events as ev
+    from grader.run.grade import _named
+    from grader.run.results import Phase
+    why = alone.shared_problem("the forward timing", {4242: 100, 77: 5})
+    timed = {("01_vector_add", "triton"): Phase((ev.Ready(pid=1), ev.Performance(problem=why)),
+                                                0, False, ""),
+             ("05_softmax", "triton"): Phase((ev.Ready(pid=4242), ev.Performance()), 0, False, "")}
+    named = _named(timed)
+    problem = next(e for e in named[("01_vector_add", "triton")].events
+                   if isinstance(e, ev.Performance)).problem
+    assert "pid 4242 (05_softmax [triton]'s process) at 100% SM" in problem
+    assert "pid 77 at 5% SM" in problem  # not one of this grade's: as the driver said it
+    assert named[("05_softmax", "triton")] == timed[("05_softmax", "triton")]

@@ -194,6 +194,7 @@ class Warmed(Event):
 @dataclass
 class Ready(Event):
     """A timing judge started ahead is ready and waits at its gate."""
+    pid: int | None = None  # its submission's process: named by its track if it shares the GPU
 
 
 @_kind("gate")

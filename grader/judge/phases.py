@@ -77,9 +77,9 @@ def _claim(warm: Path) -> bool:
     return True
 
 
-def _wait_at(gate, record) -> None:
+def _wait_at(gate, record, pid: int | None = None) -> None:
     """Ready: wait until the grade opens the gate (the GPU is this judge's then)."""
-    record(ev.Ready())
+    record(ev.Ready(pid=pid))
     while not gate.exists():
         time.sleep(0.01)
     record(ev.Gate())
@@ -138,7 +138,7 @@ def _with_submission(args, exercise, track, record, early, spawner) -> None:
                           f"{time.perf_counter() - began_warm:.2f} s", flush=True)
             except SubmissionDied:
                 pass  # the timing below meets the same end and reports it, as ever
-            _wait_at(args.gate, record)
+            _wait_at(args.gate, record, session.proc.pid)
         grade_performance(exercise, track, session, record, prepared)
         record_compiles(session, record)
         if session.attempts:  # the repository written, or the evidence redirected, while timed

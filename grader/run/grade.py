@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -391,7 +392,20 @@ def _time_all(judges: Judges, pairs, checked, bench, ahead: Ahead, say, start,
         timed[(ex.id, t.name)] = dataclasses.replace(phase, events=baselines + phase.events)
         say(f"timed {ex.id} [{t.name}] in {time.perf_counter() - began:.0f} s "
             f"({time.perf_counter() - start:.0f} s)")
-    return timed
+    return _named(timed)
+
+
+def _named(timed: dict) -> dict:
+    """A figure that another process shared (grader.judge.alone) names that process by its
+    track where it was a submission's of this grade (its timing judge, at its gate, said its
+    pid): a pid alone means nothing once the grade has ended."""
+    whose = {e.pid: f"{ex_id} [{track}]" for (ex_id, track), phase in timed.items()
+             for e in phase.events if isinstance(e, ev.Ready) and e.pid}
+    name = lambda m: m[0] + (f" ({whose[int(m[1])]}'s process)" if int(m[1]) in whose else "")
+    return {key: dataclasses.replace(phase, events=tuple(
+        dataclasses.replace(e, problem=re.sub(r"pid (\d+)", name, e.problem))
+        if isinstance(e, ev.Performance) and e.problem else e for e in phase.events))
+        for key, phase in timed.items()}
 
 
 def write_reports(grade: Grade, *, full: bool, repro: str | None = None, json_path=None,
