@@ -42,8 +42,9 @@ def now_us() -> int:
 
 
 class Watch:
-    """The per-process utilization samples of this process's current GPU: who other than `own`
-    ran kernels since a moment."""
+    """NVML for this process's current GPU (`nvml`, `handle`; the kept-memory check reads its
+    per-process memory through it too: grader.judge.proxy): who other than `own` ran kernels
+    since a moment, from its per-process utilization samples."""
 
     def __init__(self, own, nvml=None):
         self.own = {int(p) for p in own}

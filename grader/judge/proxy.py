@@ -33,6 +33,7 @@ from grader.common import events as ev
 from grader.common import seam, trust
 from grader.common.processes import describe_exit
 from grader.common.settings import current
+from grader.judge.alone import Watch
 from grader.judge.check import Mismatch
 from grader.judge.launches import Records
 from grader.judge.spawn import Spawner, key
@@ -378,11 +379,11 @@ class RemoteImpl:
         read here: nothing that process runs can change the figure), after it gave its cached
         blocks back. None where NVML cannot say (no GPU, no pynvml, no per-process figures)."""
         reply = self._session.request("footprint")
+        gpu = Watch(())  # NVML and its handle of this process's GPU (grader.judge.alone)
+        if not gpu.able:
+            return None
         try:
-            import pynvml  # optional (absent: no figure, and the check says why)
-            pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            for p in gpu.nvml.nvmlDeviceGetComputeRunningProcesses(gpu.handle):
                 if p.pid == reply.get("pid") and p.usedGpuMemory is not None:
                     return int(p.usedGpuMemory)
         except Exception:
