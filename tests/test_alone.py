@@ -185,10 +185,12 @@ def test_the_driver_names_another_process_that_ran_kernels_during_a_timing(other
         child.kill()
         child.wait()
     assert t["ms"] > 0
+    # Only the child is asserted on: under pytest-xdist the other workers' kernels share this GPU
+    # too, and are rightly named beside it.
     if other == "idle":
-        assert shared == {}
+        assert child.pid not in shared
     else:
-        assert set(shared) == {child.pid} and shared[child.pid] > 0
+        assert shared.get(child.pid, 0) > 0
 
 
 @pytest.mark.parametrize("case", ["alone", "shared", "baselines shared", "no nvml"])
