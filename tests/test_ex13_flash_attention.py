@@ -114,12 +114,16 @@ def _launches(fa, monkeypatch, dtype, D, causal):
 def _compile(kernel, args, kwargs, float_type):
     """triton.compile for sm_90 with the arguments typed as a launcher types them: tensors as
     pointers, ints as i32 (a stride of 1 specialized to a constant, as both launchers do),
-    floats as `float_type`, keywords as constexprs."""
+    floats as `float_type`, keywords as constexprs, TMA descriptors by their type; a Gluon
+    kernel through Gluon's front end."""
+    from triton.runtime.jit import mangle_type
     options = {k: kwargs[k] for k in ("num_warps", "num_stages") if k in kwargs}
     constexprs = {k: v for k, v in kwargs.items() if k not in options}
     signature, attrs = {}, {}
     for i, (name, arg) in enumerate(zip(kernel.arg_names, args)):
-        if isinstance(arg, torch.Tensor):
+        if type(arg).__name__ == "TensorDescriptor":  # a host descriptor: its block and layout
+            signature[name] = mangle_type(arg)
+        elif isinstance(arg, torch.Tensor):
             signature[name] = POINTER[arg.dtype]
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(arg, bool):
@@ -137,7 +141,10 @@ def _compile(kernel, args, kwargs, float_type):
     for name in constexprs:
         signature[name] = "constexpr"
     assert set(signature) == set(kernel.arg_names), "every kernel argument passed"
-    return triton.compile(ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs),
+    source = ASTSource
+    if type(kernel).__name__ == "GluonJITFunction":
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    return triton.compile(source(kernel, signature, constexprs=constexprs, attrs=attrs),
                           target=SM90, options=options)
 
 
@@ -163,6 +170,59 @@ def test_kernels_compile_for_sm90_as_inductor_launches_them(fa, monkeypatch, dty
                 f"{what}: fp64 tensors in the kernel's math (a float argument's type leaked)"
         assert compiled.metadata.shared <= SM90_SHARED, \
             f"{what}: {compiled.metadata.shared} bytes of shared memory, sm_90 has {SM90_SHARED}"
+
+
+def _gluon(fa):
+    if not fa.GLUON:
+        pytest.skip("this Triton has no Gluon (3.6 or later): the Triton kernels serve every call")
+
+
+def test_gluon_forward_compiles_for_sm90a_as_launched(fa, monkeypatch):
+    """The Hopper forward in Gluon, launched by the eager door at a shape it serves (the GPU's
+    table, sm_90a answered yes), compiled for sm_90a with its launch's arguments: floats fp32
+    (it is never launched under torch.compile), descriptors by their type. It must compile and
+    fit sm_90's shared memory; its outputs are _fwd_impl's own (o, lse2 [B, H, S] float32)."""
+    _gluon(fa)
+    monkeypatch.setattr(fa, "_config", lambda q, *_: fa.CONFIGS[128])
+    monkeypatch.setattr(fa, "_sm90a", lambda t: True)
+    rec = _Recorder()
+    monkeypatch.setattr(fa, "_fwd_gluon_kernel", rec(fa._fwd_gluon_kernel))
+    q, k, v = (torch.randn(2, 3, 256, 128).to(torch.bfloat16) for _ in range(3))
+    o, lse = fa._fwd_impl(q, k, v, False, 1 / math.sqrt(128), fa._direct)
+    assert (o.shape, o.dtype, lse.shape, lse.dtype) == (q.shape, q.dtype, q.shape[:3],
+                                                       torch.float32)
+    [(kernel, grid, args, kwargs)] = rec.launches
+    assert grid == (2 * 3 * 256 // 128,)
+    try:
+        compiled = _compile(kernel, args, kwargs, "fp32")
+    except Exception as e:  # the compiler's message says which line and why
+        pytest.fail(f"the Gluon forward does not compile for sm_90a: {type(e).__name__}: {e}")
+    assert compiled.metadata.shared <= SM90_SHARED, compiled.metadata.shared
+
+
+def test_gluon_forward_only_where_it_is_exactly_right(fa, monkeypatch):
+    """bf16, D 128, not causal, S a multiple of 128, contiguous and 16-byte aligned q, k, v,
+    the eager door, sm_90a: anything else (and any CPU tensor, the interpreter's) goes to the
+    Triton kernels."""
+    _gluon(fa)
+    assert not fa._sm90a(torch.empty(1))  # a CPU tensor: never
+    monkeypatch.setattr(fa, "_sm90a", lambda t: True)
+    x = lambda *shape, dtype=torch.bfloat16: torch.randn(shape).to(dtype)
+    q = x(1, 2, 256, 128)
+    assert fa._gluon_ok(q, q, q, False, fa._direct)
+    unaligned = torch.empty(q.numel() + 1, dtype=torch.bfloat16)[1:].view(q.shape)
+    refused = {"causal": (q, q, q, True, fa._direct),
+               "torch.compile's door": (q, q, q, False, fa.wrap_triton),
+               "fp16": (q.half(), q.half(), q.half(), False, fa._direct),
+               "fp32": (q.float(), q.float(), q.float(), False, fa._direct),
+               "D 64": (x(1, 2, 256, 64),) * 3 + (False, fa._direct),
+               "S 200": (x(1, 2, 200, 128),) * 3 + (False, fa._direct),
+               "a strided k": (q, x(1, 256, 2, 128).transpose(1, 2), q, False, fa._direct),
+               "an unaligned v": (q, q, unaligned, False, fa._direct)}
+    for why, args in refused.items():
+        assert not fa._gluon_ok(*args), why
+    monkeypatch.setattr(fa, "GLUON", False)
+    assert not fa._gluon_ok(q, q, q, False, fa._direct)
 
 
 @pytest.mark.gpu

@@ -101,6 +101,57 @@ def test_comments_docstrings_and_honest_lookalikes_are_not_flagged(tmp_path):
     assert review(tmp_path, source) == []
 
 
+def test_gluon_for_a_hopper_kernel_and_nothing_else_of_triton_experimental(tmp_path):
+    """Gluon's jit, language, Hopper's TMA, mbarriers and wgmma and the host's descriptor pass
+    (13's forward: a warp-specialized Hopper kernel); the rest of triton.experimental (another
+    module of it, Gluon's other names, AMD's and Blackwell's modules) are still findings."""
+    honest = '''
+        import triton
+        from triton.experimental import gluon
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia.hopper import (
+            fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+
+        @gluon.jit
+        def kernel(desc, X: gl.constexpr):
+            smem = gl.allocate_shared_memory(desc.dtype, desc.block_type.shape, desc.layout)
+            bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            mbarrier.init(bar, count=1)
+            fence_async_shared()
+            mbarrier.expect(bar, desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(desc, [0, 0], bar, smem)
+            mbarrier.wait(bar, 0)
+            acc = warpgroup_mma(smem, smem.permute((1, 0)), gl.zeros([X, X], gl.float32),
+                                is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            tma.async_copy_shared_to_global(desc, [0, 0], smem)
+            tma.store_wait(pendings=0)
+
+
+        def launch(x):
+            layout = gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16)
+            kernel[(1,)](TensorDescriptor.from_tensor(x, [64, 64], layout), X=64)
+    '''
+    assert review(tmp_path, honest) == []
+    found = review(tmp_path, """
+        from triton.experimental import gsan
+        from triton.experimental.gluon import constexpr_function
+        from triton.experimental.gluon.language.nvidia import blackwell
+        from triton.experimental.gluon.language.nvidia.hopper import async_copy
+        from triton.experimental.gluon.nvidia.blackwell import TensorDescriptor
+        import triton.experimental.gluon.language as gl
+        x = gl.amd.cdna3
+    """)
+    seen = {1: "import gsan", 2: "import constexpr_function", 3: "import blackwell",
+            4: "hopper import async_copy", 5: "gluon.nvidia.blackwell import",
+            7: "gluon.language.amd"}  # line 6: gl, allowed; its AMD half is not (line 7)
+    for line, what in seen.items():
+        assert_flags(found, line, "import", what)
+    assert {f.line for f in found} == set(seen), [str(f) for f in found]
+
+
 # --- the known forgeries and dodges: every marked line flagged, nothing else --------------------
 
 def _marks(path: Path) -> dict[int, set[str]]:

@@ -63,6 +63,20 @@ MODULES: dict[str, frozenset | None] = {
     "triton.tools.tensor_descriptor": PUBLIC,           # descriptors (TensorDescriptor)
     "triton.runtime": frozenset({"driver"}),  # driver.active: the device, its properties and
     "triton.runtime.driver": PUBLIC,          # target (the tutorials' occupancy and is_hip)
+    # Gluon, Triton's lower level, for a warp-specialized Hopper kernel (13's forward): its jit,
+    # its language, Hopper's TMA, mbarriers and wgmma, the host's TMA descriptor; nothing else
+    # of triton.experimental (its other modules, AMD's or Blackwell's, stay findings)
+    "triton.experimental": frozenset({"gluon"}),
+    "triton.experimental.gluon": frozenset({"jit", "language", "nvidia"}),  # @gluon.jit
+    "triton.experimental.gluon.language": PUBLIC,  # gl: layouts, shared memory, warp_specialize
+    "triton.experimental.gluon.language.nvidia": frozenset({"hopper"}),
+    "triton.experimental.gluon.language.nvidia.hopper": frozenset({
+        "mbarrier", "tma",                                   # the two modules below
+        "warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared"}),  # async wgmma, TMA's fence
+    "triton.experimental.gluon.language.nvidia.hopper.mbarrier": PUBLIC,  # init, expect, arrive
+    "triton.experimental.gluon.language.nvidia.hopper.tma": PUBLIC,       # copies, store_wait
+    "triton.experimental.gluon.nvidia": frozenset({"hopper"}),
+    "triton.experimental.gluon.nvidia.hopper": frozenset({"TensorDescriptor"}),  # host descriptors
 }
 # a public kernel library installed beside the grader (requirements.txt; a peer in make bench):
 # any of its modules but these (Liger's monkey-patching of Hugging Face models)
@@ -95,6 +109,7 @@ MODULE_ALIASES = {
     "triton.language.math": {"core"}, "triton.language.extra": {"module"},
     "triton.language.extra.cuda.libdevice": {"core"}, "triton.testing": {"runtime", "tl"},
     "typing": {"stdlib_re"},
+    "triton.experimental.gluon.language.nvidia.hopper.tma": {"ttgl"},  # 3.8: gl._core
 }
 # the public submodules of the allowed packages (torch 2.14, triton 3.8), so that a submodule
 # outside the allowlist (torch.jit, torch.utils, triton.knobs) is known for one even where the
@@ -119,6 +134,7 @@ SUBMODULES = {m: frozenset(names.split()) for m, names in {
     "triton.language": "core extra math random semantic standard target_info",
     "triton.language.extra": "cuda hip libdevice",
     "triton.language.extra.cuda": "gdc libdevice utils",
+    "triton.experimental.gluon.language": "amd extra nvidia",
 }.items()}
 # public names of allowed modules that are functions although a module has the same name
 NOT_MODULES = {"torch": {"chunk", "select", "trace"}, "torch.autograd": {"gradcheck", "variable"}}

@@ -22,7 +22,8 @@ At scale on Hopper (the "Hopper path" section, switched on per kernel by CONFIGS
 kernels run in another program order and stream their tiles through TMA descriptors: at B·H =
 128 heads the first order re-reads K and V from memory for every program (the forward's DRAM
 throughput 78% of peak under ncu), the second reads them about once (6%). At the leaderboard case
-(16 heads, whose K and V fit the L2) neither helped, and the first kernels stay.
+(16 heads, whose K and V fit the L2) neither helped, and the first kernels stay. The D 128
+forward goes further on Hopper in Gluon, warp-specialized (its own section: why, and where).
 
 Two doors to the same kernels, as in exercise 06: under torch.compile the registered triton_ops
 (no graph break: Inductor sees the launches through wrap_triton); in eager mode a plain
@@ -37,21 +38,33 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
+try:  # Gluon, for the Hopper forward (its section below); a Triton without it: Triton kernels only
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    # written for Triton 3.6's Gluon (the GPU machines'); 3.8 compiles it too, 3.5 is another API
+    GLUON = tuple(int(x) for x in triton.__version__.split(".")[:2]) >= (3, 6)
+except ImportError:
+    GLUON = False
+
 LOG2E = 1.4426950408889634
 
 # One kernel's launch. Each program owns `own` rows (queries in the forward and dQ: BLOCK_M; keys
 # in dK/dV: BLOCK_N) and streams the other side past them `step` rows at a time (`own` a multiple
 # of `step`: the causal diagonal is walked in steps); `warps`, and `stages` of software
 # pipelining (tiles loaded ahead while one is computed on). hopper: the Hopper path (below:
-# head-major program order, row tiles); tma: its tiles through TMA descriptors.
-Cfg = namedtuple("Cfg", "own step warps stages hopper tma", defaults=(False, False))
+# head-major program order, row tiles); tma: its tiles through TMA descriptors; gluon (the
+# forward only): the Gluon kernel where it applies (_gluon_ok), this config where it does not.
+Cfg = namedtuple("Cfg", "own step warps stages hopper tma gluon", defaults=(False, False, False))
 
 # Per kernel and head dim for 16-bit inputs on Hopper (sm_90), chosen by sweeps on an H200 at the
 # head dim's benchmark case (D 64: the leaderboard case, causal; D 128: the wide one, not causal;
 # 2026-11-26 and 2026-11-28; benchmarks/flash_attention_sweep.py; docs/performance.md). D 128's
 # dQ streams through plain loads: measured 4% faster than through TMA there.
 CONFIGS = {64: dict(fwd=Cfg(128, 64, 8, 3), dkdv=Cfg(64, 64, 4, 3), dq=Cfg(128, 64, 8, 3)),
-           128: dict(fwd=Cfg(128, 128, 8, 3, hopper=True, tma=True),
+           128: dict(fwd=Cfg(128, 128, 8, 3, hopper=True, tma=True, gluon=True),
                      dkdv=Cfg(64, 64, 4, 2, hopper=True, tma=True),
                      dq=Cfg(128, 64, 8, 3, hopper=True))}
 # fp32/fp64 (the reference and gradcheck paths): no tensor cores to feed, small tiles
@@ -459,6 +472,207 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
              (dq * scale).to(DQ.dtype.element_ty), mask=row_ok[:, None])
 
 
+# --- the forward in Gluon (Hopper, D 128) ------------------------------------------------------
+# Why a second forward. At D 128, not causal, the forward is 4·B·H·S²·D flop of matmuls and
+# B·H·S² exponentials. At the wide case (B 4, H 32, S 4096): 1.10e12 flop, 1.4 ms of an H200's
+# ~800 TFLOP/s of wgmma, and 2.1e9 exp2, 0.55 ms at 16 per clock per SM (132 SMs, ~1.8 GHz).
+# One after the other that is ~2 ms (the Triton kernel above takes 2.11); ~1.4-1.5 ms if the
+# exponentials run while the tensor cores work. In Triton a program's warps run one instruction
+# stream, each block's Q·Kᵀ, softmax and P·V in turn, and the compiler decides what overlaps
+# (its warp specialization of this loop gained nothing: the Hopper path above). Gluon
+# (triton.experimental.gluon: Triton's lower level, layouts, shared memory, barriers and warps
+# written out) lets the kernel split its warps as FlashAttention-3 does:
+# - a producer warp that only issues TMA copies: Q once, then K_j and V_j into a 2-stage ring;
+# - two consumer warpgroups of 64 query rows, each issuing Q·K_jᵀ and P_{j-1}·V_{j-1} as async
+#   wgmmas and computing the softmax of block j while the P·V of block j-1 runs; the two drift
+#   apart, so one's softmax also runs under the other's matmuls;
+# - registers where the work is (setmaxnreg): 240 per consumer thread, 24 for the producer.
+# Measured on an H200 (docs/performance.md, "flash-attention-gluon"): 1.82 ms against the
+# Triton forward's 2.11 and cuDNN's 1.89, with the same bits as _fwd_kernel (the same math in
+# the same order: base 2, P rounded to bf16 before P·V, l summed over the fp32 P). It serves only
+# what it was written for (_gluon_ok): eager calls on sm_90a, bf16, D 128, not causal, S a
+# multiple of 128, contiguous q, k, v.
+
+if GLUON:
+    @gluon.jit
+    def _fwd_gluon_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                        q_bar, k_ready, k_empty, v_ready, v_empty, q_row, kv_row, n_kv,
+                        WG_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+        """The producer warp. Q's halves on barriers of their own: each consumer starts as soon
+        as its rows are in. K and V on separate barriers: Q·K_jᵀ need not wait for V_j."""
+        for w in gl.static_range(2):
+            mbarrier.expect(q_bar.index(w), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [q_row + w * WG_M, 0], q_bar.index(w),
+                                            q_smem.index(w))
+        for j in range(n_kv):
+            s = j % STAGES
+            # a stage is free once both consumers released it; on the first pass the barrier is
+            # fresh and waiting for the phase before its first returns at once
+            free = ((j // STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(s), free)
+            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(s),
+                                            k_smem.index(s))
+            mbarrier.wait(v_empty.index(s), free)
+            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(s),
+                                            v_smem.index(s))
+
+    @gluon.jit
+    def _fwd_gluon_softmax(o_desc, LSE, q_smem, k_smem, v_smem,
+                           q_bar, k_ready, k_empty, v_ready, v_empty, q_row, n_kv, qk_scale,
+                           WG: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                           HEAD_D: gl.constexpr, STAGES: gl.constexpr):
+        """A consumer warpgroup: query rows WG·64 ... WG·64 + 63 of the block, _fwd_inner's math
+        with the P·V of one key block under the softmax of the next."""
+        # wgmma's accumulator layout (4 warps along M); P re-read as the A operand of P·V in
+        # registers: the same thread-to-element map, no shuffles
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, HEAD_D, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+        orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+        q = q_smem.index(WG)
+        zero_s = gl.zeros([WG_M, BLOCK_N], gl.float32, layout=s_layout)
+        o = gl.zeros([WG_M, HEAD_D], gl.float32, layout=o_layout)
+        mbarrier.wait(q_bar.index(WG), 0)
+
+        # key block 0: no P·V before it to overlap, m set directly (no -inf, nothing to rescale)
+        mbarrier.wait(k_ready.index(0), 0)
+        k0 = k_smem.index(0)
+        s_tok = warpgroup_mma(q, k0.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, q, k0))
+        mbarrier.arrive(k_empty.index(0), count=1)
+        m_i = gl.max(s, axis=1) * qk_scale
+        p = gl.exp2(s * qk_scale - m_i[:, None])
+        l_i = gl.sum(p, axis=1)
+        p_op = gl.convert_layout(p.to(gl.bfloat16), p_layout)
+
+        for j in range(1, n_kv):
+            s_idx = j % STAGES
+            p_idx = (j - 1) % STAGES
+            mbarrier.wait(k_ready.index(s_idx), (j // STAGES) & 1)
+            kj = k_smem.index(s_idx)
+            s_tok = warpgroup_mma(q, kj.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            mbarrier.wait(v_ready.index(p_idx), ((j - 1) // STAGES) & 1)
+            vp = v_smem.index(p_idx)
+            o_tok = warpgroup_mma(p_op, vp, o, is_async=True)
+            # wgmmas retire in order: with one left outstanding, S_j (issued first) is done
+            s, _ = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, kj))
+            mbarrier.arrive(k_empty.index(s_idx), count=1)
+            # the softmax of block j, while P_{j-1}·V_{j-1} runs on the tensor cores
+            m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+            alpha = gl.exp2(m_i - m_new)
+            p = gl.exp2(s * qk_scale - m_new[:, None])
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            p_next = gl.convert_layout(p.to(gl.bfloat16), p_layout)
+            m_i = m_new
+            o, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_op, vp))
+            mbarrier.arrive(v_empty.index(p_idx), count=1)
+            o = o * gl.convert_layout(alpha, orow_layout)[:, None]  # to block j's max
+            p_op = p_next
+
+        last = n_kv - 1
+        mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+        vl = v_smem.index(last % STAGES)
+        o_tok = warpgroup_mma(p_op, vl, o, is_async=True)
+        o, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_op, vl))
+        mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+
+        # o / l as _fwd_kernel divides (the same bits), out through this warpgroup's Q buffer
+        # (free after its last Q·Kᵀ) and a TMA store; lse2 = m + log2(l) as _fwd_kernel keeps it
+        o = o / gl.convert_layout(l_i, orow_layout)[:, None]
+        q.store(o.to(o_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [q_row + WG * WG_M, 0], q)
+        rows = q_row + WG * WG_M + gl.arange(0, WG_M, layout=row_layout)
+        gl.store(LSE + rows, m_i + gl.log2(l_i))
+        tma.store_wait(pendings=0)
+
+    @gluon.jit
+    def _fwd_gluon_kernel(q_desc, k_desc, v_desc, o_desc, LSE, S, scale_hi, scale_lo,
+                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                          STAGES: gl.constexpr):
+        """One program per (batch*head, block of BLOCK_M queries), over the [B*H*S, D] rows of
+        q, k, v, o; lse2: [B*H, S]."""
+        WG_M: gl.constexpr = BLOCK_M // 2
+        off_hz = gl.program_id(0) // (S // BLOCK_M)   # head-major order, as the Hopper path's
+        q_row = off_hz * S + gl.program_id(0) % (S // BLOCK_M) * BLOCK_M
+        kv_row = off_hz * S
+        n_kv = S // BLOCK_N
+        qk_scale = scale_hi + scale_lo                 # _join's value: the same scale, bit for bit
+
+        # 32 KB of Q, 2 stages x 32 KB of K and of V: 160 KB (3 stages: 224 KB, at sm_90's
+        # 227 KB limit; not tried)
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, WG_M, HEAD_D], q_desc.layout)
+        k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for w in gl.static_range(2):
+            mbarrier.init(q_bar.index(w), count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)    # the producer's expect, then the bytes
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=2)    # both consumers read every stage
+            mbarrier.init(v_empty.index(i), count=2)
+        fence_async_shared()  # the barriers initialized before the copy engine sees them
+
+        gl.warp_specialize([
+            (_fwd_gluon_softmax, (o_desc, LSE, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty,
+                                  v_ready, v_empty, q_row, n_kv, qk_scale, 0, WG_M, BLOCK_N,
+                                  HEAD_D, STAGES)),
+            (_fwd_gluon_softmax, (o_desc, LSE, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty,
+                                  v_ready, v_empty, q_row, n_kv, qk_scale, 1, WG_M, BLOCK_N,
+                                  HEAD_D, STAGES)),
+            (_fwd_gluon_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
+                               k_empty, v_ready, v_empty, q_row, kv_row, n_kv, WG_M, BLOCK_N,
+                               STAGES)),
+        ], [4, 1], [240, 24])  # 4 warps + 1; registers per thread (2·128·240 + 128·24 <= 64 K)
+
+
+GLUON_BLOCK = 128   # query rows per program (two warpgroups of 64), keys per K/V tile
+
+
+def _sm90a(t) -> bool:
+    """Hopper exactly: wgmma and setmaxnreg are sm_90a's; a later GPU runs the Triton kernels."""
+    return t.is_cuda and torch.cuda.get_device_capability(t.device) == (9, 0)
+
+
+def _gluon_ok(q, k, v, causal, launch) -> bool:
+    """The Gluon forward only where it is exactly right: in the eager door (under torch.compile
+    and on fake tensors the Triton kernels, which Inductor sees), on sm_90a, in bf16 at D 128,
+    not causal (it masks nothing: whole blocks only), and where its descriptors read q, k, v as
+    the [B*H*S, D] rows they assume (contiguous, 16-byte aligned; row indices in int32)."""
+    if not (GLUON and launch is _direct):
+        return False
+    B, H, S, D = q.shape
+    return (q.dtype == torch.bfloat16 and D == 128 and not causal and S % GLUON_BLOCK == 0
+            and B * H * S < 2 ** 31 and _sm90a(q)
+            and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v)))
+
+
+def _fwd_gluon(q, k, v, o, lse, scale):
+    B, H, S, D = q.shape
+    # NVMMA shared layouts (128-byte swizzle) that both TMA and wgmma read: [64, D] Q and O
+    # tiles (one warpgroup's rows), [128, D] K and V tiles
+    half = gl.NVMMASharedLayout.get_default_for([GLUON_BLOCK // 2, D], gl.bfloat16)
+    tile = gl.NVMMASharedLayout.get_default_for([GLUON_BLOCK, D], gl.bfloat16)
+    q2, k2, v2, o2 = (t.view(B * H * S, D) for t in (q, k, v, o))
+    _fwd_gluon_kernel[(B * H * (S // GLUON_BLOCK),)](
+        TensorDescriptor.from_tensor(q2, [GLUON_BLOCK // 2, D], half),
+        TensorDescriptor.from_tensor(k2, [GLUON_BLOCK, D], tile),
+        TensorDescriptor.from_tensor(v2, [GLUON_BLOCK, D], tile),
+        TensorDescriptor.from_tensor(o2, [GLUON_BLOCK // 2, D], half),
+        lse, S, *_split(scale * LOG2E), HEAD_D=D, BLOCK_M=GLUON_BLOCK, BLOCK_N=GLUON_BLOCK,
+        STAGES=2, num_warps=4)
+
+
 # --- the launchers -------------------------------------------------------------------------------
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -575,7 +789,11 @@ def _fwd_impl(q, k, v, causal, scale, launch):
     lse = torch.empty(q.shape[:3], dtype=torch.float64 if q.dtype == torch.float64 else
                       torch.float32, device=q.device)
     if o.numel():
-        _fwd(q, k, v, o, lse, causal, scale, launch, _config(q)["fwd"])
+        cfg = _config(q)["fwd"]
+        if cfg.gluon and _gluon_ok(q, k, v, causal, launch):
+            _fwd_gluon(q, k, v, o, lse, scale)
+        else:
+            _fwd(q, k, v, o, lse, causal, scale, launch, cfg)
     return o, lse
 
 
