@@ -200,6 +200,32 @@ def test_gluon_forward_compiles_for_sm90a_as_launched(fa, monkeypatch):
     assert compiled.metadata.shared <= SM90_SHARED, compiled.metadata.shared
 
 
+def test_gluon_backward_compiles_for_sm90a_as_launched(fa, monkeypatch):
+    """The Hopper backward in Gluon, launched by the eager door at a shape it serves (after the
+    Triton delta kernel: dK/dV, then dQ, each over the whole grid), compiled for sm_90a with its
+    launch's arguments: it must compile and fit sm_90's shared memory."""
+    _gluon(fa)
+    monkeypatch.setattr(fa, "_config", lambda q, *_: fa.CONFIGS[128])
+    monkeypatch.setattr(fa, "_sm90a", lambda t: True)
+    rec = _Recorder()
+    for name in ("_bwd_delta_kernel", "_dkdv_gluon_kernel", "_dq_gluon_kernel"):
+        monkeypatch.setattr(fa, name, rec(getattr(fa, name)))
+    q, k, v, o, do = (torch.randn(2, 3, 256, 128).to(torch.bfloat16) for _ in range(5))
+    lse = torch.randn(2, 3, 256)
+    grads = fa._bwd_impl(do, q, k, v, o, lse, False, 1 / math.sqrt(128), fa._direct)
+    assert all((g.shape, g.dtype) == (q.shape, q.dtype) for g in grads)
+    assert [kernel.__name__ for kernel, *_ in rec.launches] == [
+        "_bwd_delta_kernel", "_dkdv_gluon_kernel", "_dq_gluon_kernel"]
+    for kernel, grid, args, kwargs in rec.launches[1:]:
+        assert grid == (2 * 3 * 256 // 128,), kernel.__name__
+        try:
+            compiled = _compile(kernel, args, kwargs, "fp32")
+        except Exception as e:  # the compiler's message says which line and why
+            pytest.fail(f"{kernel.__name__} does not compile for sm_90a: {type(e).__name__}: {e}")
+        assert compiled.metadata.shared <= SM90_SHARED, (kernel.__name__,
+                                                         compiled.metadata.shared)
+
+
 def test_gluon_forward_only_where_it_is_exactly_right(fa, monkeypatch):
     """bf16, D 128, not causal, S a multiple of 128, contiguous and 16-byte aligned q, k, v,
     the eager door, sm_90a: anything else (and any CPU tensor, the interpreter's) goes to the
@@ -221,6 +247,11 @@ def test_gluon_forward_only_where_it_is_exactly_right(fa, monkeypatch):
                "an unaligned v": (q, q, unaligned, False, fa._direct)}
     for why, args in refused.items():
         assert not fa._gluon_ok(*args), why
+    # the backward's: dO and lse2 read through descriptors too
+    lse = torch.randn(1, 2, 256)
+    assert fa._gluon_ok(q, q, q, False, fa._direct, q, lse)
+    assert not fa._gluon_ok(q, q, q, False, fa._direct, x(1, 256, 2, 128).transpose(1, 2), lse)
+    assert not fa._gluon_ok(q, q, q, False, fa._direct, q, torch.randn(1, 256, 2).transpose(1, 2))
     monkeypatch.setattr(fa, "GLUON", False)
     assert not fa._gluon_ok(q, q, q, False, fa._direct)
 

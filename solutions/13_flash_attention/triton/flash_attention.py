@@ -23,7 +23,8 @@ kernels run in another program order and stream their tiles through TMA descript
 128 heads the first order re-reads K and V from memory for every program (the forward's DRAM
 throughput 78% of peak under ncu), the second reads them about once (6%). At the leaderboard case
 (16 heads, whose K and V fit the L2) neither helped, and the first kernels stay. The D 128
-forward goes further on Hopper in Gluon, warp-specialized (its own section: why, and where).
+forward and backward go further on Hopper in Gluon, warp-specialized (their own sections: why,
+and where).
 
 Two doors to the same kernels, as in exercise 06: under torch.compile the registered triton_ops
 (no graph break: Inductor sees the launches through wrap_triton); in eager mode a plain
@@ -38,7 +39,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-try:  # Gluon, for the Hopper forward (its section below); a Triton without it: Triton kernels only
+try:  # Gluon, for the Hopper D 128 kernels (their sections below); without it: Triton kernels only
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
@@ -56,7 +57,8 @@ LOG2E = 1.4426950408889634
 # of `step`: the causal diagonal is walked in steps); `warps`, and `stages` of software
 # pipelining (tiles loaded ahead while one is computed on). hopper: the Hopper path (below:
 # head-major program order, row tiles); tma: its tiles through TMA descriptors; gluon (the
-# forward only): the Gluon kernel where it applies (_gluon_ok), this config where it does not.
+# forward's, and dK/dV's for the whole backward): the Gluon kernels where they apply (_gluon_ok),
+# this config where they do not.
 Cfg = namedtuple("Cfg", "own step warps stages hopper tma gluon", defaults=(False, False, False))
 
 # Per kernel and head dim for 16-bit inputs on Hopper (sm_90), chosen by sweeps on an H200 at the
@@ -65,7 +67,7 @@ Cfg = namedtuple("Cfg", "own step warps stages hopper tma gluon", defaults=(Fals
 # dQ streams through plain loads: measured 4% faster than through TMA there.
 CONFIGS = {64: dict(fwd=Cfg(128, 64, 8, 3), dkdv=Cfg(64, 64, 4, 3), dq=Cfg(128, 64, 8, 3)),
            128: dict(fwd=Cfg(128, 128, 8, 3, hopper=True, tma=True, gluon=True),
-                     dkdv=Cfg(64, 64, 4, 2, hopper=True, tma=True),
+                     dkdv=Cfg(64, 64, 4, 2, hopper=True, tma=True, gluon=True),
                      dq=Cfg(128, 64, 8, 3, hopper=True))}
 # fp32/fp64 (the reference and gradcheck paths): no tensor cores to feed, small tiles
 WIDE = dict(fwd=Cfg(32, 32, 4, 1), dkdv=Cfg(32, 32, 4, 1), dq=Cfg(32, 32, 4, 1))
@@ -644,17 +646,18 @@ def _sm90a(t) -> bool:
     return t.is_cuda and torch.cuda.get_device_capability(t.device) == (9, 0)
 
 
-def _gluon_ok(q, k, v, causal, launch) -> bool:
-    """The Gluon forward only where it is exactly right: in the eager door (under torch.compile
-    and on fake tensors the Triton kernels, which Inductor sees), on sm_90a, in bf16 at D 128,
-    not causal (it masks nothing: whole blocks only), and where its descriptors read q, k, v as
-    the [B*H*S, D] rows they assume (contiguous, 16-byte aligned; row indices in int32)."""
+def _gluon_ok(q, k, v, causal, launch, *more) -> bool:
+    """The Gluon kernels only where they are exactly right: in the eager door (under
+    torch.compile and on fake tensors the Triton kernels, which Inductor sees), on sm_90a, in
+    bf16 at D 128, not causal (they mask nothing: whole blocks only), and where their
+    descriptors read q, k, v (and the backward's dO and lse2: more) as the [B*H*S, D] rows they
+    assume (contiguous, 16-byte aligned; row indices in int32)."""
     if not (GLUON and launch is _direct):
         return False
     B, H, S, D = q.shape
     return (q.dtype == torch.bfloat16 and D == 128 and not causal and S % GLUON_BLOCK == 0
             and B * H * S < 2 ** 31 and _sm90a(q)
-            and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v)))
+            and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v, *more)))
 
 
 def _fwd_gluon(q, k, v, o, lse, scale):
@@ -671,6 +674,308 @@ def _fwd_gluon(q, k, v, o, lse, scale):
         TensorDescriptor.from_tensor(o2, [GLUON_BLOCK // 2, D], half),
         lse, S, *_split(scale * LOG2E), HEAD_D=D, BLOCK_M=GLUON_BLOCK, BLOCK_N=GLUON_BLOCK,
         STAGES=2, num_warps=4)
+
+
+# --- the Hopper backward in Gluon (D 128) ---------------------------------------------------------
+# Why: at the D 128 case (B 4, H 32, S 4096, not causal) the backward executes 7 products of
+# 2·S²·D per head: 3.85 TFLOP, 4.1 ms at the H200's ~950 TFLOP/s of dense bf16. The Triton
+# kernels above take 6.7 ms (~61%): each program's warps run one block's products and
+# exponentials in turn. As in the forward, a producer warp streams tiles through TMA and two
+# consumer warpgroups of 64 rows each drift apart, so one's exponentials run under the other's
+# wgmmas (FlashAttention-3's plan for hdim 128, without its atomics: the same two kernels, each
+# output tile with one owner, the same order of summation as _bwd_dkdv_kernel and _bwd_dq_kernel,
+# so the same bits).
+# - dK/dV: a program owns 128 keys (64 per consumer), K and V in shared memory; query blocks of
+#   64 (Q, dO, lse2, delta) stream through a 3-stage ring. Per block: Sᵀ = K Qᵀ and dPᵀ = V dOᵀ
+#   issued together (64 x 64, both operands in shared memory), Pᵀ = exp2(..) computed while dPᵀ
+#   runs, dV += Pᵀ dO issued, dSᵀ computed while it runs, dK += dSᵀ Q (Pᵀ and dSᵀ as register
+#   operands). Registers per consumer thread: dK, dV 64 + 64, Sᵀ, dPᵀ 32 + 32, Pᵀ, dSᵀ 16 + 16:
+#   224 of the 240 setmaxnreg gives; K cannot stay in registers too (32 more: spills).
+# - dQ: a program owns 128 queries, Q in registers, dO in shared memory; key blocks (K, V) stream
+#   through a 4-stage ring, two per loop trip: dQ += dS_j K_j stays in flight while S_{j+1} and
+#   dP_{j+1} are issued, so a warpgroup's tensor queue never drains between blocks.
+# Measured on an H200 (docs/performance.md, "flash-attention-gluon-backward"): 6.01 ms against the
+# Triton kernels' 6.71, and forward + backward 7.77 ms against 8.82 (cuDNN: 7.41), the same bits.
+# It serves what the Gluon forward serves (_gluon_ok), with dO and lse2 contiguous too.
+
+if GLUON:
+    @gluon.jit
+    def _dkdv_gluon_load(q_desc, do_desc, k_desc, v_desc, lse_desc, dl_desc,
+                         q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem,
+                         kv_bar, ready, empty, kv_row, q_row0, n_it,
+                         BLK: gl.constexpr, STAGES: gl.constexpr):
+        """The producer warp: this program's K and V once (a 64-row half per consumer), then
+        query blocks into the ring, each stage refilled once both consumers released it."""
+        mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
+        for w in gl.static_range(2):
+            tma.async_copy_global_to_shared(k_desc, [kv_row + w * BLK, 0], kv_bar,
+                                            k_smem.index(w))
+            tma.async_copy_global_to_shared(v_desc, [kv_row + w * BLK, 0], kv_bar,
+                                            v_smem.index(w))
+        nbytes: gl.constexpr = 2 * q_desc.block_type.nbytes + 2 * lse_desc.block_type.nbytes
+        for i in range(n_it):
+            s = i % STAGES
+            # a fresh barrier's wait for the phase before its first returns at once
+            mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(s), nbytes)
+            row = q_row0 + i * BLK
+            tma.async_copy_global_to_shared(q_desc, [row, 0], ready.index(s), q_smem.index(s))
+            tma.async_copy_global_to_shared(do_desc, [row, 0], ready.index(s), do_smem.index(s))
+            tma.async_copy_global_to_shared(lse_desc, [row], ready.index(s), lse_smem.index(s))
+            tma.async_copy_global_to_shared(dl_desc, [row], ready.index(s), dl_smem.index(s))
+
+    @gluon.jit
+    def _dkdv_gluon_step(i, k_buf, v_buf, dk, dv, q_smem, do_smem, lse_smem, dl_smem, ready,
+                         empty, qk_scale, BLK: gl.constexpr, HEAD_D: gl.constexpr,
+                         STAGES: gl.constexpr):
+        """Query block i of the ring into this warpgroup's dK, dV; every wgmma retired inside
+        (one in flight across the loop's back edge made ptxas serialise them all)."""
+        # wgmma's accumulator layout for [64, 64] (Sᵀ, dPᵀ: keys x queries); Pᵀ, dSᵀ re-read as
+        # the register A operand of the [64, 128] products: the same thread-to-element map
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLK, 16])
+        a_layout: gl.constexpr = gl.DotOperandLayout(
+            operand_index=0, parent=gl.NVMMADistributedLayout(
+                version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16]), k_width=2)
+        col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+        s = i % STAGES
+        q = q_smem.index(s)
+        do = do_smem.index(s)
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        zero = gl.zeros([BLK, BLK], gl.float32, layout=s_layout)
+        st_tok = warpgroup_mma(k_buf, q.permute((1, 0)), zero, use_acc=False, is_async=True)
+        zero = gl.zeros([BLK, BLK], gl.float32, layout=s_layout)
+        dpt_tok = warpgroup_mma(v_buf, do.permute((1, 0)), zero, use_acc=False, is_async=True)
+        st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok,))   # Sᵀ done; dPᵀ may run
+        lse = lse_smem.index(s).load(col_layout)
+        pt = gl.exp2(st * qk_scale - lse[None, :])                  # under dPᵀ
+        pt_op = gl.convert_layout(pt.to(gl.bfloat16), a_layout)
+        dv_tok = warpgroup_mma(pt_op, do, dv, is_async=True)
+        dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt_tok,))  # dPᵀ done; dV may run
+        delta = dl_smem.index(s).load(col_layout)
+        dst = pt * (dpt - delta[None, :])                           # under dV (the fp32 P)
+        ds_op = gl.convert_layout(dst.to(gl.bfloat16), a_layout)
+        dk_tok = warpgroup_mma(ds_op, q, dk, is_async=True)
+        dv, dk, pt_op, ds_op = warpgroup_mma_wait(num_outstanding=0,
+                                                  deps=(dv_tok, dk_tok, pt_op, ds_op))
+        mbarrier.arrive(empty.index(s), count=1)
+        return dk, dv
+
+    @gluon.jit
+    def _dkdv_gluon_keys(dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem,
+                         kv_bar, ready, empty, kv_row, n_it, qk_scale, scale,
+                         WG: gl.constexpr, BLK: gl.constexpr, HEAD_D: gl.constexpr,
+                         STAGES: gl.constexpr):
+        """A consumer warpgroup: keys WG·64 ... WG·64 + 63 of the program's 128."""
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16])
+        k_buf = k_smem.index(WG)
+        v_buf = v_smem.index(WG)
+        mbarrier.wait(kv_bar, 0)
+        dk = gl.zeros([BLK, HEAD_D], gl.float32, layout=o_layout)
+        dv = gl.zeros([BLK, HEAD_D], gl.float32, layout=o_layout)
+        for i in range(n_it):
+            dk, dv = _dkdv_gluon_step(i, k_buf, v_buf, dk, dv, q_smem, do_smem, lse_smem,
+                                      dl_smem, ready, empty, qk_scale, BLK, HEAD_D, STAGES)
+        # the epilogue through this warpgroup's own K, V halves: every wgmma reading them retired
+        k_buf.store((dk * scale).to(dk_desc.dtype))
+        v_buf.store(dv.to(dv_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(dk_desc, [kv_row + WG * BLK, 0], k_buf)
+        tma.async_copy_shared_to_global(dv_desc, [kv_row + WG * BLK, 0], v_buf)
+        tma.store_wait(pendings=0)
+
+    @gluon.jit
+    def _dkdv_gluon_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, lse_desc, dl_desc,
+                           S, scale_hi, scale_lo, qk_scale_hi, qk_scale_lo,
+                           HEAD_D: gl.constexpr, BLK: gl.constexpr, STAGES: gl.constexpr):
+        """One program per (batch*head, block of 2·BLK keys), head-major, over the [B*H*S, D]
+        rows of q, k, v, do, dk, dv and the [B*H*S] rows of lse2 and delta. Shared memory: K, V
+        64 KB, and a stage (Q, dO, lse2, delta) 32.5 KB: 162 KB at 3 stages."""
+        n_kb = S // (2 * BLK)
+        hz = gl.program_id(0) // n_kb     # head-major: a wave's programs share their head's Q, dO
+        kv_row = hz * S + gl.program_id(0) % n_kb * (2 * BLK)
+        n_it = S // BLK
+        q_row0 = hz * S
+        scale = scale_hi + scale_lo        # _join's values: the same scales, bit for bit
+        qk_scale = qk_scale_hi + qk_scale_lo
+
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BLK, HEAD_D], q_desc.layout)
+        do_smem = gl.allocate_shared_memory(do_desc.dtype, [STAGES, BLK, HEAD_D], do_desc.layout)
+        k_smem = gl.allocate_shared_memory(k_desc.dtype, [2, BLK, HEAD_D], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [2, BLK, HEAD_D], v_desc.layout)
+        lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLK], lse_desc.layout)
+        dl_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLK], dl_desc.layout)
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(kv_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)    # the producer's expect, then the bytes
+            mbarrier.init(empty.index(i), count=2)    # both consumers read every stage
+        fence_async_shared()  # the barriers initialized before the copy engine sees them
+
+        gl.warp_specialize([
+            (_dkdv_gluon_keys, (dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
+                                dl_smem, kv_bar, ready, empty, kv_row, n_it, qk_scale, scale,
+                                0, BLK, HEAD_D, STAGES)),
+            (_dkdv_gluon_keys, (dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
+                                dl_smem, kv_bar, ready, empty, kv_row, n_it, qk_scale, scale,
+                                1, BLK, HEAD_D, STAGES)),
+            (_dkdv_gluon_load, (q_desc, do_desc, k_desc, v_desc, lse_desc, dl_desc,
+                                q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem,
+                                kv_bar, ready, empty, kv_row, q_row0, n_it, BLK, STAGES)),
+        ], [4, 1], [240, 24])
+
+    @gluon.jit
+    def _dq_gluon_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem,
+                       qdo_bar, ready, empty, q_row, kv_row0, n_kv,
+                       BLK: gl.constexpr, STAGES: gl.constexpr):
+        """The producer warp: this program's Q and dO once, then key blocks (K, V) into the
+        ring."""
+        mbarrier.expect(qdo_bar, 4 * q_desc.block_type.nbytes)
+        for w in gl.static_range(2):
+            tma.async_copy_global_to_shared(q_desc, [q_row + w * BLK, 0], qdo_bar,
+                                            q_smem.index(w))
+            tma.async_copy_global_to_shared(do_desc, [q_row + w * BLK, 0], qdo_bar,
+                                            do_smem.index(w))
+        nbytes: gl.constexpr = 2 * k_desc.block_type.nbytes
+        for j in range(n_kv):
+            s = j % STAGES
+            mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(s), nbytes)
+            row = kv_row0 + j * BLK
+            tma.async_copy_global_to_shared(k_desc, [row, 0], ready.index(s), k_smem.index(s))
+            tma.async_copy_global_to_shared(v_desc, [row, 0], ready.index(s), v_smem.index(s))
+
+    @gluon.jit
+    def _dq_gluon_issue(j, qop, do, k_smem, v_smem, ready, BLK: gl.constexpr,
+                        STAGES: gl.constexpr):
+        """Wait for key block j; issue S = Q K_jᵀ (Q in registers) and dP = dO V_jᵀ (dO in
+        shared memory)."""
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLK, 16])
+        s = j % STAGES
+        mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+        zero = gl.zeros([BLK, BLK], gl.float32, layout=s_layout)
+        s_tok = warpgroup_mma(qop, k_smem.index(s).permute((1, 0)), zero, use_acc=False,
+                              is_async=True)
+        dp_tok = warpgroup_mma(do, v_smem.index(s).permute((1, 0)), zero, use_acc=False,
+                               is_async=True)
+        return s_tok, dp_tok
+
+    @gluon.jit
+    def _dq_gluon_rest(j, s_tok, dp_tok, lse, delta, dq, k_smem, qk_scale, BLK: gl.constexpr,
+                       HEAD_D: gl.constexpr, STAGES: gl.constexpr):
+        """Key block j once S_j and dP_j are issued: P, dS, and issue dQ += dS K_j (the caller
+        retires it)."""
+        a_layout: gl.constexpr = gl.DotOperandLayout(
+            operand_index=0, parent=gl.NVMMADistributedLayout(
+                version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16]), k_width=2)
+        sc = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))   # S done; dP may run
+        p = gl.exp2(sc * qk_scale - lse[:, None])                   # under dP
+        dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok,))
+        ds = p * (dp - delta[:, None])
+        ds_op = gl.convert_layout(ds.to(gl.bfloat16), a_layout)
+        dq_tok = warpgroup_mma(ds_op, k_smem.index(j % STAGES), dq, is_async=True)
+        return dq_tok, ds_op
+
+    @gluon.jit
+    def _dq_gluon_queries(dq_desc, lse_ptr, dl_ptr, q_smem, do_smem, k_smem, v_smem,
+                          qdo_bar, ready, empty, q_row, n_kv, qk_scale, scale,
+                          WG: gl.constexpr, BLK: gl.constexpr, HEAD_D: gl.constexpr,
+                          STAGES: gl.constexpr):
+        """A consumer warpgroup: queries WG·64 ... WG·64 + 63 of the program's 128. Key blocks
+        in pairs: dQ_j stays in flight while S_{j+1}, dP_{j+1} are issued (S a multiple of 128:
+        an even count of blocks of 64), nothing in flight across the loop's back edge."""
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLK, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16])
+        qop_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout,
+                                                       k_width=2)
+        rows = q_row + WG * BLK + gl.arange(0, BLK, layout=gl.SliceLayout(1, s_layout))
+        lse = gl.load(lse_ptr + rows)                 # 2 rows per thread: kept in registers
+        delta = gl.load(dl_ptr + rows)
+        q_buf = q_smem.index(WG)
+        mbarrier.wait(qdo_bar, 0)
+        qop = q_buf.load(qop_layout)
+        do = do_smem.index(WG)
+        dq = gl.zeros([BLK, HEAD_D], gl.float32, layout=o_layout)
+        for j in range(0, n_kv, 2):
+            s_tok, dp_tok = _dq_gluon_issue(j, qop, do, k_smem, v_smem, ready, BLK, STAGES)
+            dq_tok, ds_op = _dq_gluon_rest(j, s_tok, dp_tok, lse, delta, dq, k_smem, qk_scale,
+                                           BLK, HEAD_D, STAGES)
+            s_tok, dp_tok = _dq_gluon_issue(j + 1, qop, do, k_smem, v_smem, ready, BLK, STAGES)
+            dq, ds_op = warpgroup_mma_wait(num_outstanding=2, deps=(dq_tok, ds_op))
+            mbarrier.arrive(empty.index(j % STAGES), count=1)
+            dq_tok, ds_op = _dq_gluon_rest(j + 1, s_tok, dp_tok, lse, delta, dq, k_smem,
+                                           qk_scale, BLK, HEAD_D, STAGES)
+            dq, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ds_op))
+            mbarrier.arrive(empty.index((j + 1) % STAGES), count=1)
+        # the epilogue through this warpgroup's own Q buffer (Q is in registers)
+        q_buf.store((dq * scale).to(dq_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(dq_desc, [q_row + WG * BLK, 0], q_buf)
+        tma.store_wait(pendings=0)
+
+    @gluon.jit
+    def _dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE, DELTA,
+                         S, scale_hi, scale_lo, qk_scale_hi, qk_scale_lo,
+                         HEAD_D: gl.constexpr, BLK: gl.constexpr, STAGES: gl.constexpr):
+        """One program per (batch*head, block of 2·BLK queries), head-major. Shared memory: Q,
+        dO 64 KB, and a stage (K, V) 32 KB: 192 KB at 4 stages."""
+        n_qb = S // (2 * BLK)
+        hz = gl.program_id(0) // n_qb
+        q_row = hz * S + gl.program_id(0) % n_qb * (2 * BLK)
+        kv_row0 = hz * S
+        n_kv = S // BLK
+        scale = scale_hi + scale_lo
+        qk_scale = qk_scale_hi + qk_scale_lo
+
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLK, HEAD_D], q_desc.layout)
+        do_smem = gl.allocate_shared_memory(do_desc.dtype, [2, BLK, HEAD_D], do_desc.layout)
+        k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLK, HEAD_D], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLK, HEAD_D], v_desc.layout)
+        qdo_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(qdo_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)
+        fence_async_shared()
+
+        gl.warp_specialize([
+            (_dq_gluon_queries, (dq_desc, LSE, DELTA, q_smem, do_smem, k_smem, v_smem,
+                                 qdo_bar, ready, empty, q_row, n_kv, qk_scale, scale,
+                                 0, BLK, HEAD_D, STAGES)),
+            (_dq_gluon_queries, (dq_desc, LSE, DELTA, q_smem, do_smem, k_smem, v_smem,
+                                 qdo_bar, ready, empty, q_row, n_kv, qk_scale, scale,
+                                 1, BLK, HEAD_D, STAGES)),
+            (_dq_gluon_load, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem,
+                              qdo_bar, ready, empty, q_row, kv_row0, n_kv, BLK, STAGES)),
+        ], [4, 1], [240, 24])
+
+
+def _bwd_gluon(q, k, v, do, lse, delta, dq, dk, dv, scale):
+    B, H, S, D = q.shape
+    blk = GLUON_BLOCK // 2   # rows of a consumer warpgroup, and of a streamed tile
+    # [64, D] bf16 tiles in the 128-byte swizzle TMA and wgmma share; lse2 and delta as rows of
+    # 64 fp32 (no swizzle)
+    tile = gl.NVMMASharedLayout.get_default_for([blk, D], gl.bfloat16)
+    row = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+    d = {name: TensorDescriptor.from_tensor(t.view(B * H * S, D), [blk, D], tile)
+         for name, t in dict(q=q, k=k, v=v, do=do, dq=dq, dk=dk, dv=dv).items()}
+    grid = (B * H * (S // GLUON_BLOCK),)
+    scales = (*_split(scale), *_split(scale * LOG2E))
+    _dkdv_gluon_kernel[grid](
+        d["q"], d["do"], d["k"], d["v"], d["dk"], d["dv"],
+        TensorDescriptor.from_tensor(lse.view(B * H * S), [blk], row),
+        TensorDescriptor.from_tensor(delta.view(B * H * S), [blk], row),
+        S, *scales, HEAD_D=D, BLK=blk, STAGES=3, num_warps=4)  # 4 stages: 1.5% slower
+    _dq_gluon_kernel[grid](d["q"], d["do"], d["k"], d["v"], d["dq"], lse, delta, S, *scales,
+                           HEAD_D=D, BLK=blk, STAGES=4, num_warps=4)
 
 
 # --- the launchers -------------------------------------------------------------------------------
@@ -811,8 +1116,12 @@ def _bwd_impl(do, q, k, v, o, lse, causal, scale, launch):
     delta = torch.empty_like(lse)
     launch(_bwd_delta_kernel)[(B * H, triton.cdiv(S, 64))](
         o, do, delta, *do.stride(), H, S, HEAD_D=D, BLOCK_M=64, F64=_kind(q)["F64"], num_warps=4)
-    _dkdv(q, k, v, do, lse, delta, dk, dv, causal, scale, launch, cfg["dkdv"])
-    _dq(q, k, v, do, lse, delta, dq, causal, scale, launch, cfg["dq"])
+    if (cfg["dkdv"].gluon and lse.dtype == torch.float32
+            and _gluon_ok(q, k, v, causal, launch, do, lse)):
+        _bwd_gluon(q, k, v, do, lse, delta, dq, dk, dv, scale)
+    else:
+        _dkdv(q, k, v, do, lse, delta, dk, dv, causal, scale, launch, cfg["dkdv"])
+        _dq(q, k, v, do, lse, delta, dq, causal, scale, launch, cfg["dq"])
     return dq, dk, dv
 
 
