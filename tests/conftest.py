@@ -1,8 +1,11 @@
 import ctypes
 import dataclasses
+import fcntl
+import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,7 @@ os.environ.setdefault(VARIABLE, FIXED.env()[VARIABLE])
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason without one)")
+    config.addinivalue_line("markers", "timed: times on the GPU: has it to itself (_gpu_turns)")
     # the exercises' own marks, met where a test loads an exercise's checks to use its helpers
     config.addinivalue_line("markers", "backward: (an exercise's check) of the backward stage")
     config.addinivalue_line("markers", "gradcheck: (an exercise's check) torch.autograd.gradcheck")
@@ -40,6 +44,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip)
+
+
+# On a GPU host the tests' workers (pytest-xdist) share one GPU. A timed test must have it to
+# itself: the grade's timed-alone check (grader.judge.alone) would otherwise find another
+# worker's kernels in each of its stretches, time again, and at last rightly give no credit. So
+# every test holds this lock while it runs, shared, and a timed one exclusive.
+GPU_LOCK = Path(tempfile.gettempdir()) / (
+    "grader-tests-gpu-" + hashlib.sha1(str(ROOT).encode()).hexdigest()[:12] + ".lock")
+
+
+@pytest.fixture(autouse=True)
+def _gpu_turns(request):
+    if not HAS_GPU:
+        yield
+        return
+    with open(GPU_LOCK, "a") as lock:
+        timed = request.node.get_closest_marker("timed") is not None
+        fcntl.flock(lock, fcntl.LOCK_EX if timed else fcntl.LOCK_SH)
+        yield
 
 
 def make_variant(tree: Path, exercise: str, track: str, edits: dict,

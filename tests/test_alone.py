@@ -161,6 +161,7 @@ else:
 
 
 @pytest.mark.gpu
+@pytest.mark.timed
 @pytest.mark.parametrize("other", ["idle", "spin"])
 def test_the_driver_names_another_process_that_ran_kernels_during_a_timing(other):
     """On the GPU, NVML's samples as the check reads them: a process that holds a context but

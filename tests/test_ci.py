@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import HAS_GPU, ROOT
 from grader.common import events as ev
 from grader.common.settings import Settings
@@ -66,6 +67,7 @@ def _checks(results: dict) -> list:
                   for t in results["tests"] if not t["name"].endswith("performance"))
 
 
+@pytest.mark.timed  # on a GPU host: both grades time, as run_autograder does there
 def test_ci_true_changes_nothing_gradescope_and_a_plain_grade_agree(tmp_path):
     tree = tmp_path / "tree"
     shutil.copytree(ROOT / "solutions" / "05_softmax", tree / "05_softmax")

@@ -253,6 +253,7 @@ def test_bench_kills_a_hung_judge(variant, tmp_path):
     assert "timed out" in data["exercises"][0]["error"], data["exercises"][0]
 
 
+@pytest.mark.timed
 def test_timing_phase_runs_in_its_own_judge():
     r = grade01(ROOT / "solutions", bench=True)
     assert not r.ended and r.count("correctness", "passed") == r.total("correctness")

@@ -175,10 +175,12 @@ def _lenient(path: Path) -> KnownBad | None:
 
 
 def _param(path: Path, graded: bool):
-    """One declaration as a test parameter; graded, one caught only on a GPU is marked `gpu`."""
-    gpu = getattr(_lenient(path), "gpu", False)
-    return pytest.param(path, id=f"{path.parent.parent.name}/{path.stem}",
-                        marks=[pytest.mark.gpu] if gpu and graded else [])
+    """One declaration as a test parameter; graded, one caught only on a GPU is marked `gpu`,
+    and `timed` too where its grade times it (conftest: it has the GPU to itself)."""
+    kb = _lenient(path)
+    gpu, bench = getattr(kb, "gpu", False), getattr(kb, "bench", False)
+    marks = [pytest.mark.gpu] + ([pytest.mark.timed] if bench else []) if gpu and graded else []
+    return pytest.param(path, id=f"{path.parent.parent.name}/{path.stem}", marks=marks)
 
 
 @pytest.mark.parametrize("exercise", sorted(EXERCISES))
