@@ -694,8 +694,9 @@ def _fwd_gluon(q, k, v, o, lse, scale):
 # - dQ: a program owns 128 queries, Q in registers, dO in shared memory; key blocks (K, V) stream
 #   through a 4-stage ring, two per loop trip: dQ += dS_j K_j stays in flight while S_{j+1} and
 #   dP_{j+1} are issued, so a warpgroup's tensor queue never drains between blocks.
-# Measured on an H200 (docs/performance.md, "flash-attention-gluon-backward"): 6.01 ms against the
-# Triton kernels' 6.71, and forward + backward 7.77 ms against 8.82 (cuDNN: 7.41), the same bits.
+# Measured on an H200 (docs/performance.md, "flash-attention-gluon-solution"): 6.07 ms against
+# the Triton kernels' 6.77, and forward + backward 7.91 ms against 8.89 (cuDNN: 7.44), the same
+# bits.
 # It serves what the Gluon forward serves (_gluon_ok), with dO and lse2 contiguous too.
 
 if GLUON:
@@ -973,7 +974,7 @@ def _bwd_gluon(q, k, v, do, lse, delta, dq, dk, dv, scale):
         d["q"], d["do"], d["k"], d["v"], d["dk"], d["dv"],
         TensorDescriptor.from_tensor(lse.view(B * H * S), [blk], row),
         TensorDescriptor.from_tensor(delta.view(B * H * S), [blk], row),
-        S, *scales, HEAD_D=D, BLK=blk, STAGES=3, num_warps=4)  # 4 stages: 1.5% slower
+        S, *scales, HEAD_D=D, BLK=blk, STAGES=3, num_warps=4)  # 4 stages: 4% slower
     _dq_gluon_kernel[grid](d["q"], d["do"], d["k"], d["v"], d["dq"], lse, delta, S, *scales,
                            HEAD_D=D, BLK=blk, STAGES=4, num_warps=4)
 
