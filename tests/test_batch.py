@@ -164,3 +164,14 @@ def test_batch_grades_a_class_of_23_on_the_gpu(tmp_path):
     assert all(rows[n]["delegation"] == "1" for n in rows if n.startswith("deleg"))
     assert all(float(rows[n]["points"]) < 6 for n in rows if n.startswith(("wrong", "tail")))
     assert not any(r["tampering"] == "1" or r["error"] for r in rows.values()), rows
+
+
+def test_more_workers_than_gpus_only_without_the_timing(tmp_path, monkeypatch):
+    """Two submissions timed at once on one GPU would each be refused by the timed-alone check:
+    the batch says so before it starts; without the timing, workers may share a GPU."""
+    from grader.tools import batch as b
+    monkeypatch.setattr(b, "gpu_slots", lambda workers: ["0"] * workers)
+    with pytest.raises(SystemExit, match="at most one worker per GPU, or --no-bench"):
+        b.Batch(tmp_path, tmp_path / "out", workers=2)
+    assert b.Batch(tmp_path, tmp_path / "out", workers=2, bench=False).slots == ["0", "0"]
+    assert b.Batch(tmp_path, tmp_path / "out", workers=1).slots == ["0"]

@@ -23,7 +23,9 @@ submission processes, the same time limits), writing
 A submission whose results.json exists is skipped (so a run that stopped resumes where it was),
 unless --force. Submissions are graded side by side, one worker per GPU, each worker seeing only
 its GPU (CUDA_VISIBLE_DEVICES); on a machine without a GPU, one worker, grading what runs on a
-CPU (Triton tracks on the interpreter, CUDA tracks built with their CPU paths checked). With
+CPU (Triton tracks on the interpreter, CUDA tracks built with their CPU paths checked). More
+workers than GPUs (--workers) share them, for the checks alone (--no-bench): a figure timed beside
+another submission's kernels earns nothing. With
 --slurm the same per-submission grading runs in the array tasks of one Slurm job (grader.tools.slurm);
 --collect writes summary.csv and index.html from what DIR holds now.
 """
@@ -150,6 +152,15 @@ class Batch:
         self.visibility = list(visibility or ())
         self.exercises = discover(only=exercise)
         self.slots = gpu_slots(workers)
+        shared = len(self.slots) - len(set(self.slots))
+        if bench and self.slots[0] is not None and shared:
+            # a figure timed while another process runs kernels earns nothing (the timed-alone
+            # check, grader.judge.alone): the batch would refuse its own students' figures
+            raise SystemExit(
+                f"grader: batch: --workers {len(self.slots)} grades {len(self.slots)} "
+                f"submissions at once on {len(set(self.slots))} GPU(s), and a figure timed "
+                "while another process runs kernels earns nothing: give at most one worker per "
+                "GPU, or --no-bench for the checks alone")
         self.sandboxed = landlock_available()
         if not self.sandboxed:
             # without Landlock a submission's write into the repository is found by hash after
