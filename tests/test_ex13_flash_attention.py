@@ -200,24 +200,28 @@ def test_gluon_forward_compiles_for_sm90a_as_launched(fa, monkeypatch):
     assert compiled.metadata.shared <= SM90_SHARED, compiled.metadata.shared
 
 
-def test_gluon_backward_compiles_for_sm90a_as_launched(fa, monkeypatch):
+@pytest.mark.parametrize("D,causal", [(64, True), (64, False), (128, False), (128, True)],
+                         ids=str)
+def test_gluon_backward_compiles_for_sm90a_as_launched(fa, monkeypatch, D, causal):
     """The Hopper backward in Gluon, launched by the eager door at a shape it serves (after the
     Triton delta kernel: dK/dV, then dQ, each over the whole grid), compiled for sm_90a with its
-    launch's arguments: it must compile and fit sm_90's shared memory."""
+    launch's arguments, at each head dim's plan, causal or not: it must compile and fit sm_90's
+    shared memory."""
     _gluon(fa)
-    monkeypatch.setattr(fa, "_config", lambda q, *_: fa.CONFIGS[128])
+    monkeypatch.setattr(fa, "_config", lambda q, *_: fa.CONFIGS[D])
     monkeypatch.setattr(fa, "_sm90a", lambda t: True)
     rec = _Recorder()
     for name in ("_bwd_delta_kernel", "_dkdv_gluon_kernel", "_dq_gluon_kernel"):
         monkeypatch.setattr(fa, name, rec(getattr(fa, name)))
-    q, k, v, o, do = (torch.randn(2, 3, 256, 128).to(torch.bfloat16) for _ in range(5))
+    q, k, v, o, do = (torch.randn(2, 3, 256, D).to(torch.bfloat16) for _ in range(5))
     lse = torch.randn(2, 3, 256)
-    grads = fa._bwd_impl(do, q, k, v, o, lse, False, 1 / math.sqrt(128), fa._direct)
+    grads = fa._bwd_impl(do, q, k, v, o, lse, causal, 1 / math.sqrt(D), fa._direct)
     assert all((g.shape, g.dtype) == (q.shape, q.dtype) for g in grads)
     assert [kernel.__name__ for kernel, *_ in rec.launches] == [
         "_bwd_delta_kernel", "_dkdv_gluon_kernel", "_dq_gluon_kernel"]
     for kernel, grid, args, kwargs in rec.launches[1:]:
         assert grid == (2 * 3 * 256 // 128,), kernel.__name__
+        assert kwargs["CAUSAL"] == causal and kwargs["HEAD_D"] == D, kwargs
         try:
             compiled = _compile(kernel, args, kwargs, "fp32")
         except Exception as e:  # the compiler's message says which line and why
@@ -226,34 +230,44 @@ def test_gluon_backward_compiles_for_sm90a_as_launched(fa, monkeypatch):
                                                          compiled.metadata.shared)
 
 
-def test_gluon_forward_only_where_it_is_exactly_right(fa, monkeypatch):
-    """bf16, D 128, not causal, S a multiple of 128, contiguous and 16-byte aligned q, k, v,
-    the eager door, sm_90a: anything else (and any CPU tensor, the interpreter's) goes to the
-    Triton kernels."""
+def test_gluon_kernels_only_where_they_are_exactly_right(fa, monkeypatch):
+    """bf16, D 64 or 128, S a multiple of 128, contiguous and 16-byte aligned inputs, the eager
+    door, sm_90a: anything else (and any CPU tensor, the interpreter's) goes to the Triton
+    kernels. The forward's Gluon kernel, besides: D 128 and not causal only."""
     _gluon(fa)
     assert not fa._sm90a(torch.empty(1))  # a CPU tensor: never
     monkeypatch.setattr(fa, "_sm90a", lambda t: True)
     x = lambda *shape, dtype=torch.bfloat16: torch.randn(shape).to(dtype)
     q = x(1, 2, 256, 128)
-    assert fa._gluon_ok(q, q, q, False, fa._direct)
+    assert fa._gluon_ok(q, q, q, fa._direct)
+    assert fa._gluon_ok(*(x(1, 2, 256, 64),) * 3, fa._direct)
     unaligned = torch.empty(q.numel() + 1, dtype=torch.bfloat16)[1:].view(q.shape)
-    refused = {"causal": (q, q, q, True, fa._direct),
-               "torch.compile's door": (q, q, q, False, fa.wrap_triton),
-               "fp16": (q.half(), q.half(), q.half(), False, fa._direct),
-               "fp32": (q.float(), q.float(), q.float(), False, fa._direct),
-               "D 64": (x(1, 2, 256, 64),) * 3 + (False, fa._direct),
-               "S 200": (x(1, 2, 200, 128),) * 3 + (False, fa._direct),
-               "a strided k": (q, x(1, 256, 2, 128).transpose(1, 2), q, False, fa._direct),
-               "an unaligned v": (q, q, unaligned, False, fa._direct)}
+    refused = {"torch.compile's door": (q, q, q, fa.wrap_triton),
+               "fp16": (q.half(), q.half(), q.half(), fa._direct),
+               "fp32": (q.float(), q.float(), q.float(), fa._direct),
+               "D 32": (x(1, 2, 256, 32),) * 3 + (fa._direct,),
+               "S 200": (x(1, 2, 200, 128),) * 3 + (fa._direct,),
+               "a strided k": (q, x(1, 256, 2, 128).transpose(1, 2), q, fa._direct),
+               "an unaligned v": (q, q, unaligned, fa._direct)}
     for why, args in refused.items():
         assert not fa._gluon_ok(*args), why
     # the backward's: dO and lse2 read through descriptors too
     lse = torch.randn(1, 2, 256)
-    assert fa._gluon_ok(q, q, q, False, fa._direct, q, lse)
-    assert not fa._gluon_ok(q, q, q, False, fa._direct, x(1, 256, 2, 128).transpose(1, 2), lse)
-    assert not fa._gluon_ok(q, q, q, False, fa._direct, q, torch.randn(1, 256, 2).transpose(1, 2))
+    assert fa._gluon_ok(q, q, q, fa._direct, q, lse)
+    assert not fa._gluon_ok(q, q, q, fa._direct, x(1, 256, 2, 128).transpose(1, 2), lse)
+    assert not fa._gluon_ok(q, q, q, fa._direct, q, torch.randn(1, 256, 2).transpose(1, 2))
     monkeypatch.setattr(fa, "GLUON", False)
-    assert not fa._gluon_ok(q, q, q, False, fa._direct)
+    assert not fa._gluon_ok(q, q, q, fa._direct)
+    monkeypatch.setattr(fa, "GLUON", True)
+    # which forward runs: the Gluon one at D 128 not causal only (nothing launched here)
+    took = []
+    monkeypatch.setattr(fa, "_fwd_gluon", lambda *a: took.append("gluon"))
+    monkeypatch.setattr(fa, "_fwd", lambda *a: took.append("triton"))
+    for D, causal in ((128, False), (128, True), (64, False), (64, True)):
+        monkeypatch.setattr(fa, "_config", lambda q, *_, D=D: fa.CONFIGS[D])
+        t = x(1, 2, 256, D)
+        fa._fwd_impl(t, t, t, causal, 0.1, fa._direct)
+    assert took == ["gluon", "triton", "triton", "triton"], took
 
 
 @pytest.mark.gpu

@@ -65,7 +65,8 @@ Cfg = namedtuple("Cfg", "own step warps stages hopper tma gluon", defaults=(Fals
 # head dim's benchmark case (D 64: the leaderboard case, causal; D 128: the wide one, not causal;
 # 2026-11-26 and 2026-11-28; benchmarks/flash_attention_sweep.py; docs/performance.md). D 128's
 # dQ streams through plain loads: measured 4% faster than through TMA there.
-CONFIGS = {64: dict(fwd=Cfg(128, 64, 8, 3), dkdv=Cfg(64, 64, 4, 3), dq=Cfg(128, 64, 8, 3)),
+CONFIGS = {64: dict(fwd=Cfg(128, 64, 8, 3), dkdv=Cfg(64, 64, 4, 3, gluon=True),
+                   dq=Cfg(128, 64, 8, 3)),
            128: dict(fwd=Cfg(128, 128, 8, 3, hopper=True, tma=True, gluon=True),
                      dkdv=Cfg(64, 64, 4, 2, hopper=True, tma=True, gluon=True),
                      dq=Cfg(128, 64, 8, 3, hopper=True))}
@@ -646,16 +647,17 @@ def _sm90a(t) -> bool:
     return t.is_cuda and torch.cuda.get_device_capability(t.device) == (9, 0)
 
 
-def _gluon_ok(q, k, v, causal, launch, *more) -> bool:
+def _gluon_ok(q, k, v, launch, *more) -> bool:
     """The Gluon kernels only where they are exactly right: in the eager door (under
     torch.compile and on fake tensors the Triton kernels, which Inductor sees), on sm_90a, in
-    bf16 at D 128, not causal (they mask nothing: whole blocks only), and where their
-    descriptors read q, k, v (and the backward's dO and lse2: more) as the [B*H*S, D] rows they
-    assume (contiguous, 16-byte aligned; row indices in int32)."""
+    bf16 at D 64 or 128, S a multiple of 128 (whole blocks only: they mask no tail), and where
+    their descriptors read q, k, v (and the backward's dO and lse2: more) as the [B*H*S, D]
+    rows they assume (contiguous, 16-byte aligned; row indices in int32). The forward also
+    needs D 128 and not causal: its caller asks."""
     if not (GLUON and launch is _direct):
         return False
     B, H, S, D = q.shape
-    return (q.dtype == torch.bfloat16 and D == 128 and not causal and S % GLUON_BLOCK == 0
+    return (q.dtype == torch.bfloat16 and D in GLUON_BWD and S % GLUON_BLOCK == 0
             and B * H * S < 2 ** 31 and _sm90a(q)
             and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v, *more)))
 
@@ -676,28 +678,38 @@ def _fwd_gluon(q, k, v, o, lse, scale):
         STAGES=2, num_warps=4)
 
 
-# --- the Hopper backward in Gluon (D 128) ---------------------------------------------------------
-# Why: at the D 128 case (B 4, H 32, S 4096, not causal) the backward executes 7 products of
-# 2·S²·D per head: 3.85 TFLOP, 4.1 ms at the H200's ~950 TFLOP/s of dense bf16. The Triton
-# kernels above take 6.7 ms (~61%): each program's warps run one block's products and
-# exponentials in turn. As in the forward, a producer warp streams tiles through TMA and two
-# consumer warpgroups of 64 rows each drift apart, so one's exponentials run under the other's
-# wgmmas (FlashAttention-3's plan for hdim 128, without its atomics: the same two kernels, each
-# output tile with one owner, the same order of summation as _bwd_dkdv_kernel and _bwd_dq_kernel,
-# so the same bits).
-# - dK/dV: a program owns 128 keys (64 per consumer), K and V in shared memory; query blocks of
-#   64 (Q, dO, lse2, delta) stream through a 3-stage ring. Per block: Sᵀ = K Qᵀ and dPᵀ = V dOᵀ
-#   issued together (64 x 64, both operands in shared memory), Pᵀ = exp2(..) computed while dPᵀ
-#   runs, dV += Pᵀ dO issued, dSᵀ computed while it runs, dK += dSᵀ Q (Pᵀ and dSᵀ as register
-#   operands). Registers per consumer thread: dK, dV 64 + 64, Sᵀ, dPᵀ 32 + 32, Pᵀ, dSᵀ 16 + 16:
-#   224 of the 240 setmaxnreg gives; K cannot stay in registers too (32 more: spills).
-# - dQ: a program owns 128 queries, Q in registers, dO in shared memory; key blocks (K, V) stream
-#   through a 4-stage ring, two per loop trip: dQ += dS_j K_j stays in flight while S_{j+1} and
-#   dP_{j+1} are issued, so a warpgroup's tensor queue never drains between blocks.
-# Measured on an H200 (docs/performance.md, "flash-attention-gluon-solution"): 6.07 ms against
-# the Triton kernels' 6.77, and forward + backward 7.91 ms against 8.89 (cuDNN: 7.44), the same
-# bits.
-# It serves what the Gluon forward serves (_gluon_ok), with dO and lse2 contiguous too.
+# --- the Hopper backward in Gluon (D 64 and 128) -------------------------------------------------
+# Why: the backward executes 7 products of 2·S²·D per head (causal: about half): at the D 128
+# case 3.85 TFLOP, 4.1 ms at the H200's ~950 TFLOP/s of dense bf16, and the Triton kernels above
+# take 6.7 ms (~61%): each program's warps run one block's products and exponentials in turn. As
+# in the forward, a producer warp streams tiles through TMA and two consumer warpgroups of 64 rows
+# each drift apart, so one's exponentials run under the other's wgmmas (FlashAttention-3's plan,
+# without its atomics: the same two kernels, each output tile with one owner, the same order of
+# summation as _bwd_dkdv_kernel and _bwd_dq_kernel, so the same bits).
+# - dK/dV: a program owns 128 keys (64 per consumer); query blocks of 64 (Q, dO, lse2, delta)
+#   stream through a ring. Per block: Sᵀ = K Qᵀ and dPᵀ = V dOᵀ issued together, Pᵀ = exp2(..)
+#   computed while dPᵀ runs, dV += Pᵀ dO issued, dSᵀ computed while it runs, dK += dSᵀ Q (Pᵀ and
+#   dSᵀ as register operands). Keys as the rows: no transpose anywhere.
+# - dQ: a program owns 128 queries, Q in registers; key blocks (K, V) stream through a ring.
+# - Causal: blocks of 64 make each warpgroup's tile whole, diagonal (masked after the exp2, as
+#   the Triton kernels do) or wholly masked (skipped, its stage still released); the longest
+#   programs first.
+# The register plan differs with D (GLUON_BWD): at D 64 the loop-invariant operands (K and V;
+# Q and dO) stay in registers and every product reads only its streamed tile from shared memory;
+# at D 128, dK, dV (64 + 64 registers) and Sᵀ, dPᵀ (32 + 32) leave room for neither K nor V
+# (ptxas spills), so they are read from shared memory, and dQ takes its key blocks in pairs,
+# dQ_j in flight while S_{j+1} and dP_{j+1} are issued, so a warpgroup's tensor queue never
+# drains. Every wgmma is retired before the loop's back edge: one in flight across it made ptxas
+# serialise them all (its C7512).
+# Measured on an H200 (docs/performance.md, "flash-attention-gluon-solution"): at D 128, 6.07 ms
+# against the Triton kernels' 6.77, forward + backward 7.91 ms against 8.89 (cuDNN: 7.44); at
+# the leaderboard case (D 64, causal) the experiment's kernels took 3.49 ms against 3.81
+# (git show --stat 4d26c45), the same bits. It serves what _gluon_ok allows, dO and lse2 too.
+
+# per head dim: the ring depths, whether K, V (dK/dV) and dO (dQ) are register operands, and
+# whether dQ takes key blocks in pairs (the D 128 plan's switches were timed: 4d26c45)
+GLUON_BWD = {64: dict(DKDV_STAGES=4, KREG=True, DQ_STAGES=4, DOREG=True, PAIRS=False),
+             128: dict(DKDV_STAGES=3, KREG=False, DQ_STAGES=4, DOREG=False, PAIRS=True)}
 
 if GLUON:
     @gluon.jit
@@ -726,13 +738,14 @@ if GLUON:
             tma.async_copy_global_to_shared(dl_desc, [row], ready.index(s), dl_smem.index(s))
 
     @gluon.jit
-    def _dkdv_gluon_step(i, k_buf, v_buf, dk, dv, q_smem, do_smem, lse_smem, dl_smem, ready,
-                         empty, qk_scale, BLK: gl.constexpr, HEAD_D: gl.constexpr,
+    def _dkdv_gluon_step(i, ka, va, dk, dv, q_smem, do_smem, lse_smem, dl_smem, ready, empty,
+                         qk_scale, MASK: gl.constexpr, BLK: gl.constexpr, HEAD_D: gl.constexpr,
                          STAGES: gl.constexpr):
-        """Query block i of the ring into this warpgroup's dK, dV; every wgmma retired inside
-        (one in flight across the loop's back edge made ptxas serialise them all)."""
+        """Query block i of the ring into this warpgroup's dK, dV; every wgmma retired inside.
+        ka, va: K and V, registers or shared memory. MASK: the diagonal tile (keys and queries
+        start at the same row): keep query c >= key r."""
         # wgmma's accumulator layout for [64, 64] (Sᵀ, dPᵀ: keys x queries); Pᵀ, dSᵀ re-read as
-        # the register A operand of the [64, 128] products: the same thread-to-element map
+        # the register A operand of the [64, D] products: the same thread-to-element map
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLK, 16])
         a_layout: gl.constexpr = gl.DotOperandLayout(
@@ -744,12 +757,16 @@ if GLUON:
         do = do_smem.index(s)
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
         zero = gl.zeros([BLK, BLK], gl.float32, layout=s_layout)
-        st_tok = warpgroup_mma(k_buf, q.permute((1, 0)), zero, use_acc=False, is_async=True)
+        st_tok = warpgroup_mma(ka, q.permute((1, 0)), zero, use_acc=False, is_async=True)
         zero = gl.zeros([BLK, BLK], gl.float32, layout=s_layout)
-        dpt_tok = warpgroup_mma(v_buf, do.permute((1, 0)), zero, use_acc=False, is_async=True)
+        dpt_tok = warpgroup_mma(va, do.permute((1, 0)), zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok,))   # Sᵀ done; dPᵀ may run
         lse = lse_smem.index(s).load(col_layout)
         pt = gl.exp2(st * qk_scale - lse[None, :])                  # under dPᵀ
+        if MASK:   # after the exp2, as the Triton kernels mask: an inf there is dropped
+            r = gl.arange(0, BLK, layout=gl.SliceLayout(1, s_layout))
+            c = gl.arange(0, BLK, layout=col_layout)
+            pt = gl.where(c[None, :] >= r[:, None], pt, 0.0)
         pt_op = gl.convert_layout(pt.to(gl.bfloat16), a_layout)
         dv_tok = warpgroup_mma(pt_op, do, dv, is_async=True)
         dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt_tok,))  # dPᵀ done; dV may run
@@ -766,18 +783,38 @@ if GLUON:
     def _dkdv_gluon_keys(dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem,
                          kv_bar, ready, empty, kv_row, n_it, qk_scale, scale,
                          WG: gl.constexpr, BLK: gl.constexpr, HEAD_D: gl.constexpr,
-                         STAGES: gl.constexpr):
+                         STAGES: gl.constexpr, CAUSAL: gl.constexpr, KREG: gl.constexpr):
         """A consumer warpgroup: keys WG·64 ... WG·64 + 63 of the program's 128."""
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16])
         k_buf = k_smem.index(WG)
         v_buf = v_smem.index(WG)
         mbarrier.wait(kv_bar, 0)
+        if KREG:   # the A operand of the [64, 64] products Sᵀ, dPᵀ, loaded once
+            kv_layout: gl.constexpr = gl.DotOperandLayout(
+                operand_index=0, parent=gl.NVMMADistributedLayout(
+                    version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLK, 16]), k_width=2)
+            ka = k_buf.load(kv_layout)
+            va = v_buf.load(kv_layout)
+        else:
+            ka = k_buf
+            va = v_buf
         dk = gl.zeros([BLK, HEAD_D], gl.float32, layout=o_layout)
         dv = gl.zeros([BLK, HEAD_D], gl.float32, layout=o_layout)
-        for i in range(n_it):
-            dk, dv = _dkdv_gluon_step(i, k_buf, v_buf, dk, dv, q_smem, do_smem, lse_smem,
-                                      dl_smem, ready, empty, qk_scale, BLK, HEAD_D, STAGES)
+        i0 = 0
+        if CAUSAL:
+            # the ring starts at the program's first key's query block: WG0's diagonal; WG1's
+            # keys come after all of its queries: skipped, but its stage released (once loaded,
+            # so the arrival counts for this occupant)
+            if WG == 1:
+                mbarrier.wait(ready.index(0), 0)
+                mbarrier.arrive(empty.index(0), count=1)
+            dk, dv = _dkdv_gluon_step(WG, ka, va, dk, dv, q_smem, do_smem, lse_smem, dl_smem,
+                                      ready, empty, qk_scale, True, BLK, HEAD_D, STAGES)
+            i0 = WG + 1
+        for i in range(i0, n_it):
+            dk, dv = _dkdv_gluon_step(i, ka, va, dk, dv, q_smem, do_smem, lse_smem, dl_smem,
+                                      ready, empty, qk_scale, False, BLK, HEAD_D, STAGES)
         # the epilogue through this warpgroup's own K, V halves: every wgmma reading them retired
         k_buf.store((dk * scale).to(dk_desc.dtype))
         v_buf.store(dv.to(dv_desc.dtype))
@@ -788,16 +825,24 @@ if GLUON:
 
     @gluon.jit
     def _dkdv_gluon_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, lse_desc, dl_desc,
-                           S, scale_hi, scale_lo, qk_scale_hi, qk_scale_lo,
-                           HEAD_D: gl.constexpr, BLK: gl.constexpr, STAGES: gl.constexpr):
-        """One program per (batch*head, block of 2·BLK keys), head-major, over the [B*H*S, D]
-        rows of q, k, v, do, dk, dv and the [B*H*S] rows of lse2 and delta. Shared memory: K, V
-        64 KB, and a stage (Q, dO, lse2, delta) 32.5 KB: 162 KB at 3 stages."""
+                           S, BH, scale_hi, scale_lo, qk_scale_hi, qk_scale_lo,
+                           HEAD_D: gl.constexpr, BLK: gl.constexpr, STAGES: gl.constexpr,
+                           CAUSAL: gl.constexpr, KREG: gl.constexpr):
+        """One program per (batch*head, block of 2·BLK keys) over the [B*H*S, D] rows of q, k,
+        v, do, dk, dv and the [B*H*S] rows of lse2 and delta. Shared memory: K, V 4 tiles, and a
+        stage (Q, dO, lse2, delta) 2 tiles + 512 B: at D 128 and 3 stages 162 KB."""
         n_kb = S // (2 * BLK)
-        hz = gl.program_id(0) // n_kb     # head-major: a wave's programs share their head's Q, dO
-        kv_row = hz * S + gl.program_id(0) % n_kb * (2 * BLK)
-        n_it = S // BLK
-        q_row0 = hz * S
+        if CAUSAL:   # key block 0 sees every query: the longest first, heads fastest
+            hz = gl.program_id(0) % BH
+            start_n = gl.program_id(0) // BH * (2 * BLK)
+            q_lo = start_n                 # queries before the program's first key: never
+        else:        # head-major: a wave's programs share their head's Q, dO in L2
+            hz = gl.program_id(0) // n_kb
+            start_n = gl.program_id(0) % n_kb * (2 * BLK)
+            q_lo = start_n * 0
+        kv_row = hz * S + start_n
+        n_it = (S - q_lo) // BLK
+        q_row0 = hz * S + q_lo
         scale = scale_hi + scale_lo        # _join's values: the same scales, bit for bit
         qk_scale = qk_scale_hi + qk_scale_lo
 
@@ -819,10 +864,10 @@ if GLUON:
         gl.warp_specialize([
             (_dkdv_gluon_keys, (dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
                                 dl_smem, kv_bar, ready, empty, kv_row, n_it, qk_scale, scale,
-                                0, BLK, HEAD_D, STAGES)),
+                                0, BLK, HEAD_D, STAGES, CAUSAL, KREG)),
             (_dkdv_gluon_keys, (dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
                                 dl_smem, kv_bar, ready, empty, kv_row, n_it, qk_scale, scale,
-                                1, BLK, HEAD_D, STAGES)),
+                                1, BLK, HEAD_D, STAGES, CAUSAL, KREG)),
             (_dkdv_gluon_load, (q_desc, do_desc, k_desc, v_desc, lse_desc, dl_desc,
                                 q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem,
                                 kv_bar, ready, empty, kv_row, q_row0, n_it, BLK, STAGES)),
@@ -850,31 +895,37 @@ if GLUON:
             tma.async_copy_global_to_shared(v_desc, [row, 0], ready.index(s), v_smem.index(s))
 
     @gluon.jit
-    def _dq_gluon_issue(j, qop, do, k_smem, v_smem, ready, BLK: gl.constexpr,
+    def _dq_gluon_issue(j, qa, doa, k_smem, v_smem, ready, BLK: gl.constexpr,
                         STAGES: gl.constexpr):
-        """Wait for key block j; issue S = Q K_jᵀ (Q in registers) and dP = dO V_jᵀ (dO in
-        shared memory)."""
+        """Wait for key block j; issue S = Q K_jᵀ and dP = dO V_jᵀ (Q in registers, dO in
+        registers or shared memory)."""
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLK, 16])
         s = j % STAGES
         mbarrier.wait(ready.index(s), (j // STAGES) & 1)
         zero = gl.zeros([BLK, BLK], gl.float32, layout=s_layout)
-        s_tok = warpgroup_mma(qop, k_smem.index(s).permute((1, 0)), zero, use_acc=False,
+        s_tok = warpgroup_mma(qa, k_smem.index(s).permute((1, 0)), zero, use_acc=False,
                               is_async=True)
-        dp_tok = warpgroup_mma(do, v_smem.index(s).permute((1, 0)), zero, use_acc=False,
+        dp_tok = warpgroup_mma(doa, v_smem.index(s).permute((1, 0)), zero, use_acc=False,
                                is_async=True)
         return s_tok, dp_tok
 
     @gluon.jit
-    def _dq_gluon_rest(j, s_tok, dp_tok, lse, delta, dq, k_smem, qk_scale, BLK: gl.constexpr,
-                       HEAD_D: gl.constexpr, STAGES: gl.constexpr):
+    def _dq_gluon_rest(j, s_tok, dp_tok, lse, delta, dq, k_smem, qk_scale, MASK: gl.constexpr,
+                       BLK: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr):
         """Key block j once S_j and dP_j are issued: P, dS, and issue dQ += dS K_j (the caller
-        retires it)."""
+        retires it). MASK: the diagonal tile: keep key c <= query r."""
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLK, 16])
         a_layout: gl.constexpr = gl.DotOperandLayout(
             operand_index=0, parent=gl.NVMMADistributedLayout(
                 version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16]), k_width=2)
         sc = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))   # S done; dP may run
         p = gl.exp2(sc * qk_scale - lse[:, None])                   # under dP
+        if MASK:
+            r = gl.arange(0, BLK, layout=gl.SliceLayout(1, s_layout))
+            c = gl.arange(0, BLK, layout=gl.SliceLayout(0, s_layout))
+            p = gl.where(c[None, :] <= r[:, None], p, 0.0)
         dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok,))
         ds = p * (dp - delta[:, None])
         ds_op = gl.convert_layout(ds.to(gl.bfloat16), a_layout)
@@ -882,38 +933,83 @@ if GLUON:
         return dq_tok, ds_op
 
     @gluon.jit
+    def _dq_gluon_step(j, qa, doa, lse, delta, dq, k_smem, v_smem, ready, empty, qk_scale,
+                       MASK: gl.constexpr, BLK: gl.constexpr, HEAD_D: gl.constexpr,
+                       STAGES: gl.constexpr):
+        """Key block j into dq, every wgmma retired inside; releases its stage."""
+        s_tok, dp_tok = _dq_gluon_issue(j, qa, doa, k_smem, v_smem, ready, BLK, STAGES)
+        dq_tok, ds_op = _dq_gluon_rest(j, s_tok, dp_tok, lse, delta, dq, k_smem, qk_scale, MASK,
+                                       BLK, HEAD_D, STAGES)
+        dq, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ds_op))
+        mbarrier.arrive(empty.index(j % STAGES), count=1)
+        return dq
+
+    @gluon.jit
+    def _dq_gluon_pair(j, qa, doa, lse, delta, dq, k_smem, v_smem, ready, empty, qk_scale,
+                       BLK: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr):
+        """Key blocks j and j + 1: dQ_j stays in flight while S_{j+1}, dP_{j+1} are issued, and
+        is retired (wait_group 2: groups retire in order) before the rest of j + 1."""
+        s_tok, dp_tok = _dq_gluon_issue(j, qa, doa, k_smem, v_smem, ready, BLK, STAGES)
+        dq_tok, ds_op = _dq_gluon_rest(j, s_tok, dp_tok, lse, delta, dq, k_smem, qk_scale, False,
+                                       BLK, HEAD_D, STAGES)
+        s_tok, dp_tok = _dq_gluon_issue(j + 1, qa, doa, k_smem, v_smem, ready, BLK, STAGES)
+        dq, ds_op = warpgroup_mma_wait(num_outstanding=2, deps=(dq_tok, ds_op))
+        mbarrier.arrive(empty.index(j % STAGES), count=1)
+        dq_tok, ds_op = _dq_gluon_rest(j + 1, s_tok, dp_tok, lse, delta, dq, k_smem, qk_scale,
+                                       False, BLK, HEAD_D, STAGES)
+        dq, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ds_op))
+        mbarrier.arrive(empty.index((j + 1) % STAGES), count=1)
+        return dq
+
+    @gluon.jit
     def _dq_gluon_queries(dq_desc, lse_ptr, dl_ptr, q_smem, do_smem, k_smem, v_smem,
-                          qdo_bar, ready, empty, q_row, n_kv, qk_scale, scale,
+                          qdo_bar, ready, empty, q_row, start_m, n_kv, qk_scale, scale,
                           WG: gl.constexpr, BLK: gl.constexpr, HEAD_D: gl.constexpr,
-                          STAGES: gl.constexpr):
-        """A consumer warpgroup: queries WG·64 ... WG·64 + 63 of the program's 128. Key blocks
-        in pairs: dQ_j stays in flight while S_{j+1}, dP_{j+1} are issued (S a multiple of 128:
-        an even count of blocks of 64), nothing in flight across the loop's back edge."""
+                          STAGES: gl.constexpr, CAUSAL: gl.constexpr, DOREG: gl.constexpr,
+                          PAIRS: gl.constexpr):
+        """A consumer warpgroup: queries WG·64 ... WG·64 + 63 of the program's 128."""
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLK, 16])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16])
-        qop_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout,
-                                                       k_width=2)
+        qa_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout,
+                                                      k_width=2)
         rows = q_row + WG * BLK + gl.arange(0, BLK, layout=gl.SliceLayout(1, s_layout))
         lse = gl.load(lse_ptr + rows)                 # 2 rows per thread: kept in registers
         delta = gl.load(dl_ptr + rows)
         q_buf = q_smem.index(WG)
         mbarrier.wait(qdo_bar, 0)
-        qop = q_buf.load(qop_layout)
-        do = do_smem.index(WG)
+        qa = q_buf.load(qa_layout)
+        if DOREG:
+            doa = do_smem.index(WG).load(qa_layout)
+        else:
+            doa = do_smem.index(WG)
         dq = gl.zeros([BLK, HEAD_D], gl.float32, layout=o_layout)
-        for j in range(0, n_kv, 2):
-            s_tok, dp_tok = _dq_gluon_issue(j, qop, do, k_smem, v_smem, ready, BLK, STAGES)
-            dq_tok, ds_op = _dq_gluon_rest(j, s_tok, dp_tok, lse, delta, dq, k_smem, qk_scale,
-                                           BLK, HEAD_D, STAGES)
-            s_tok, dp_tok = _dq_gluon_issue(j + 1, qop, do, k_smem, v_smem, ready, BLK, STAGES)
-            dq, ds_op = warpgroup_mma_wait(num_outstanding=2, deps=(dq_tok, ds_op))
-            mbarrier.arrive(empty.index(j % STAGES), count=1)
-            dq_tok, ds_op = _dq_gluon_rest(j + 1, s_tok, dp_tok, lse, delta, dq, k_smem,
-                                           qk_scale, BLK, HEAD_D, STAGES)
-            dq, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ds_op))
-            mbarrier.arrive(empty.index((j + 1) % STAGES), count=1)
+        if CAUSAL:
+            n_full = start_m // BLK + WG              # key blocks wholly before these queries
+        else:
+            n_full = n_kv
+        if PAIRS:
+            for j in range(0, n_full - 1, 2):
+                dq = _dq_gluon_pair(j, qa, doa, lse, delta, dq, k_smem, v_smem, ready, empty,
+                                    qk_scale, BLK, HEAD_D, STAGES)
+            if n_full % 2 == 1:
+                dq = _dq_gluon_step(n_full - 1, qa, doa, lse, delta, dq, k_smem, v_smem, ready,
+                                    empty, qk_scale, False, BLK, HEAD_D, STAGES)
+        else:
+            for j in range(n_full):
+                dq = _dq_gluon_step(j, qa, doa, lse, delta, dq, k_smem, v_smem, ready, empty,
+                                    qk_scale, False, BLK, HEAD_D, STAGES)
+        if CAUSAL:
+            dq = _dq_gluon_step(n_full, qa, doa, lse, delta, dq, k_smem, v_smem, ready, empty,
+                                qk_scale, True, BLK, HEAD_D, STAGES)
+            if WG == 0:
+                # the ring's last key block is after all of WG0's queries: skipped, but released
+                # once loaded (an arrival before the load would count for the stage's previous
+                # occupant, which WG1 may still be reading)
+                sk = (n_full + 1) % STAGES
+                mbarrier.wait(ready.index(sk), ((n_full + 1) // STAGES) & 1)
+                mbarrier.arrive(empty.index(sk), count=1)
         # the epilogue through this warpgroup's own Q buffer (Q is in registers)
         q_buf.store((dq * scale).to(dq_desc.dtype))
         fence_async_shared()
@@ -922,15 +1018,22 @@ if GLUON:
 
     @gluon.jit
     def _dq_gluon_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE, DELTA,
-                         S, scale_hi, scale_lo, qk_scale_hi, qk_scale_lo,
-                         HEAD_D: gl.constexpr, BLK: gl.constexpr, STAGES: gl.constexpr):
-        """One program per (batch*head, block of 2·BLK queries), head-major. Shared memory: Q,
-        dO 64 KB, and a stage (K, V) 32 KB: 192 KB at 4 stages."""
+                         S, BH, scale_hi, scale_lo, qk_scale_hi, qk_scale_lo,
+                         HEAD_D: gl.constexpr, BLK: gl.constexpr, STAGES: gl.constexpr,
+                         CAUSAL: gl.constexpr, DOREG: gl.constexpr, PAIRS: gl.constexpr):
+        """One program per (batch*head, block of 2·BLK queries). Shared memory: Q, dO 4 tiles,
+        and a stage (K, V) 2 tiles: at D 128 and 4 stages 192 KB."""
         n_qb = S // (2 * BLK)
-        hz = gl.program_id(0) // n_qb
-        q_row = hz * S + gl.program_id(0) % n_qb * (2 * BLK)
+        if CAUSAL:   # the last query block sees every key: the longest first, heads fastest
+            hz = gl.program_id(0) % BH
+            start_m = (n_qb - 1 - gl.program_id(0) // BH) * (2 * BLK)
+            n_kv = start_m // BLK + 2              # up to the diagonal of WG1's rows
+        else:
+            hz = gl.program_id(0) // n_qb
+            start_m = gl.program_id(0) % n_qb * (2 * BLK)
+            n_kv = S // BLK
+        q_row = hz * S + start_m
         kv_row0 = hz * S
-        n_kv = S // BLK
         scale = scale_hi + scale_lo
         qk_scale = qk_scale_hi + qk_scale_lo
 
@@ -949,18 +1052,19 @@ if GLUON:
 
         gl.warp_specialize([
             (_dq_gluon_queries, (dq_desc, LSE, DELTA, q_smem, do_smem, k_smem, v_smem,
-                                 qdo_bar, ready, empty, q_row, n_kv, qk_scale, scale,
-                                 0, BLK, HEAD_D, STAGES)),
+                                 qdo_bar, ready, empty, q_row, start_m, n_kv, qk_scale, scale,
+                                 0, BLK, HEAD_D, STAGES, CAUSAL, DOREG, PAIRS)),
             (_dq_gluon_queries, (dq_desc, LSE, DELTA, q_smem, do_smem, k_smem, v_smem,
-                                 qdo_bar, ready, empty, q_row, n_kv, qk_scale, scale,
-                                 1, BLK, HEAD_D, STAGES)),
+                                 qdo_bar, ready, empty, q_row, start_m, n_kv, qk_scale, scale,
+                                 1, BLK, HEAD_D, STAGES, CAUSAL, DOREG, PAIRS)),
             (_dq_gluon_load, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem,
                               qdo_bar, ready, empty, q_row, kv_row0, n_kv, BLK, STAGES)),
         ], [4, 1], [240, 24])
 
 
-def _bwd_gluon(q, k, v, do, lse, delta, dq, dk, dv, scale):
+def _bwd_gluon(q, k, v, do, lse, delta, dq, dk, dv, causal, scale):
     B, H, S, D = q.shape
+    plan = GLUON_BWD[D]
     blk = GLUON_BLOCK // 2   # rows of a consumer warpgroup, and of a streamed tile
     # [64, D] bf16 tiles in the 128-byte swizzle TMA and wgmma share; lse2 and delta as rows of
     # 64 fp32 (no swizzle)
@@ -974,9 +1078,12 @@ def _bwd_gluon(q, k, v, do, lse, delta, dq, dk, dv, scale):
         d["q"], d["do"], d["k"], d["v"], d["dk"], d["dv"],
         TensorDescriptor.from_tensor(lse.view(B * H * S), [blk], row),
         TensorDescriptor.from_tensor(delta.view(B * H * S), [blk], row),
-        S, *scales, HEAD_D=D, BLK=blk, STAGES=3, num_warps=4)  # 4 stages: 4% slower
-    _dq_gluon_kernel[grid](d["q"], d["do"], d["k"], d["v"], d["dq"], lse, delta, S, *scales,
-                           HEAD_D=D, BLK=blk, STAGES=4, num_warps=4)
+        S, B * H, *scales, HEAD_D=D, BLK=blk, STAGES=plan["DKDV_STAGES"], CAUSAL=bool(causal),
+        KREG=plan["KREG"], num_warps=4)
+    _dq_gluon_kernel[grid](d["q"], d["do"], d["k"], d["v"], d["dq"], lse, delta, S, B * H,
+                           *scales, HEAD_D=D, BLK=blk, STAGES=plan["DQ_STAGES"],
+                           CAUSAL=bool(causal), DOREG=plan["DOREG"], PAIRS=plan["PAIRS"],
+                           num_warps=4)
 
 
 # --- the launchers -------------------------------------------------------------------------------
@@ -1096,7 +1203,8 @@ def _fwd_impl(q, k, v, causal, scale, launch):
                       torch.float32, device=q.device)
     if o.numel():
         cfg = _config(q)["fwd"]
-        if cfg.gluon and _gluon_ok(q, k, v, causal, launch):
+        # the Gluon forward: D 128 (its register plan), not causal (it masks nothing)
+        if cfg.gluon and q.shape[3] == 128 and not causal and _gluon_ok(q, k, v, launch):
             _fwd_gluon(q, k, v, o, lse, scale)
         else:
             _fwd(q, k, v, o, lse, causal, scale, launch, cfg)
@@ -1117,9 +1225,8 @@ def _bwd_impl(do, q, k, v, o, lse, causal, scale, launch):
     delta = torch.empty_like(lse)
     launch(_bwd_delta_kernel)[(B * H, triton.cdiv(S, 64))](
         o, do, delta, *do.stride(), H, S, HEAD_D=D, BLOCK_M=64, F64=_kind(q)["F64"], num_warps=4)
-    if (cfg["dkdv"].gluon and lse.dtype == torch.float32
-            and _gluon_ok(q, k, v, causal, launch, do, lse)):
-        _bwd_gluon(q, k, v, do, lse, delta, dq, dk, dv, scale)
+    if cfg["dkdv"].gluon and lse.dtype == torch.float32 and _gluon_ok(q, k, v, launch, do, lse):
+        _bwd_gluon(q, k, v, do, lse, delta, dq, dk, dv, causal, scale)
     else:
         _dkdv(q, k, v, do, lse, delta, dk, dv, causal, scale, launch, cfg["dkdv"])
         _dq(q, k, v, do, lse, delta, dq, causal, scale, launch, cfg["dq"])
