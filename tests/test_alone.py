@@ -209,7 +209,7 @@ def test_the_timing_gives_no_credit_to_a_figure_that_never_ran_alone(monkeypatch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(measure, "measure_ceilings", lambda cache: {EX.benchmark.ceiling: 1000.0})
 
-    def time_submission(session, exercise, ref, case_, mode):
+    def time_submission(session, exercise, ref, case_, mode, drawn=None):
         nvml.add({1: 100, **({9: 80} if case == "shared" else {})})  # 1: the judge itself
         return {"ms": 1.0, "p20": 1.0, "p80": 1.0, "host_ms": 0.01, "method": "graph"}
     monkeypatch.setattr(measure, "time_submission", time_submission)

@@ -208,3 +208,93 @@ def test_validation_of_a_timed_linear_relu_allows_the_kink_only():
                                                 answer(far), dy)
     zeros = tuple(t * 0 for t in answer(at_kink))
     assert "not this call's answer" in validate(ex, ref, (A, B, bias), "forward", zeros[:1])
+
+
+def test_sets_drawn_ahead_hold_a_timed_batch_to_the_same_answers(monkeypatch):
+    """A warming judge draws its timing's input sets and their float64 answers ahead
+    (measure.Drawn); at its turn the batch writes those values and only compares. An honest op
+    passes with them; an op that keeps its first result is caught with them as without them,
+    in both modes; and the answers drawn ahead are the ones used (no float64 reference runs at
+    the turn). On the CPU, the op called eagerly, as for an op that cannot be captured."""
+    import dataclasses
+    import math
+
+    import torch
+    from grader.common.reference import load_reference
+    from grader.judge import measure
+    from grader.judge.testing import value_and_grads
+    ex = discover(only="06")[0]
+    ex = dataclasses.replace(ex, benchmark=dataclasses.replace(
+        ex.benchmark, case={"B": 2, "S": 8, "N": 64}))
+    ref = load_reference(ex)
+    b = ex.benchmark
+    dtype = getattr(torch, b.dtype)
+    monkeypatch.setattr(measure, "make_inputs", lambda exercise, ref, case, seed: tuple(
+        ref.bench_inputs(case, dtype, "cpu", torch.Generator().manual_seed(seed))))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    class Session:
+        """The submission's process, in the judge's: the reference in the input dtype; with
+        `keep`, every call after the first hands back the first call's outputs."""
+        timeout_s = 60
+
+        def __init__(self, keep=False):
+            self.keep, self.first = keep, None
+
+        def run(self, args, dy):
+            if self.keep and self.first is not None:
+                return self.first
+            if self.mode == "forward":
+                with torch.no_grad():
+                    out = [ref.reference(*args)]
+            else:
+                outs, grads = value_and_grads(ref.reference, *args, wrt=b.grad_args, dy=dy)
+                out = [outs[0]] + list(grads)
+            self.first = self.first or [o.detach().clone() for o in out]
+            return out
+
+        def request(self, what, **kw):
+            if what == "stage":
+                self.mode, self.sets, self.dys = kw["mode"], kw["sets"], kw["dys"]
+            elif what == "go":
+                self.outs = [self.run(s, self.dys[i] if self.dys else None)
+                             for i, s in enumerate(self.sets)]
+            elif what == "collect":
+                return {"ok": True, "outs": self.outs}
+            elif what == "prove":
+                i = kw["index"]
+                for dst, src in zip([t for t in self.sets[i] if isinstance(t, torch.Tensor)],
+                                    [t for t in kw["args"] if isinstance(t, torch.Tensor)]):
+                    dst.copy_(src)
+                if kw["dy"] is not None:
+                    self.dys[i].copy_(kw["dy"])
+                return {"ok": True, "outs": self.run(self.sets[i], self.dys and self.dys[i])}
+            return {"ok": True}
+
+    answered = []
+    expect = measure.expect
+    monkeypatch.setattr(measure, "expect", lambda *a, **k: answered.append(1) or expect(*a, **k))
+    k = 3
+    for mode in b.modes:
+        for drawn in (True, False):
+            for keep in (False, True):
+                ahead = measure._draw(ex, ref, mode, k, math.inf, lambda: False)[0] \
+                    if drawn else []
+                assert len(ahead) == (k if drawn else 0)
+                answered.clear()
+                warmup = measure.make_inputs(ex, ref, b.case, 0)
+                warm_dy = torch.randn_like(warmup[0]) if mode == "forward_backward" else None
+                _, problem = measure._validated_batch(
+                    Session(keep), ex, ref, b.case, mode, k, (warmup, warm_dy), graphs=False,
+                    ahead=ahead)
+                if keep:
+                    assert problem and "not this call's answer" in problem, (mode, drawn)
+                else:
+                    assert problem is None, (mode, drawn, problem)
+                    # every call's answer (k in the batch, k run alone) drawn ahead, or not
+                    assert len(answered) == (0 if drawn else 2 * k), (mode, drawn)
+    # the grade's stop (before its first timing) ends the drawing at the next set
+    assert measure._draw(ex, ref, "forward", k, math.inf, lambda: True)[0] == []
+    one = measure._draw(ex, ref, "forward", k, math.inf, lambda: False)
+    assert measure._draw(ex, ref, "forward", k, one[1] * 2 // k, lambda: False)[0] != []
+    assert len(measure._draw(ex, ref, "forward", k, one[1] // k - 1, lambda: False)[0]) == 0

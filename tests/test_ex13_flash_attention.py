@@ -74,6 +74,23 @@ def test_exact_is_the_reference_with_its_gradients(ref, monkeypatch, shape, caus
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=name)
 
 
+def test_the_grader_holds_timed_calls_to_exact(ref, monkeypatch):
+    """The timing's validation (grader.judge.measure.expect) takes `exact` through the
+    reference's `validating`, not the plain reference (~100 GiB in float64 at the benchmark
+    case), and without a call's output: the answers are drawn ahead (measure.Drawn)."""
+    from grader.common.discover import discover
+    from grader.judge.measure import expect
+    ex = discover(only="13")[0]
+    called = []
+    monkeypatch.setattr(ref, "reference", lambda *a: called.append(1))
+    assert not hasattr(ref, "matching")
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 40, 64, generator=g) for _ in range(3))
+    want = expect(ex, ref, (q, k, v, True), "forward")
+    assert not called and want[0].dtype == torch.float64
+    torch.testing.assert_close(want[0], ref.exact(*(t.double() for t in (q, k, v)), True))
+
+
 def test_exact_keeps_16_bit_inputs_in_float32(ref):
     q, k, v = (torch.randn(1, 2, 20, 64).to(torch.bfloat16) for _ in range(3))
     got = ref.exact(q, k, v, True)

@@ -113,11 +113,10 @@ def exact(q, k, v, causal=False, scale=None):
     return _Exact.apply(q, k, v, bool(causal), _scale(q, scale))
 
 
-def matching(args, output):
-    """What the grader validates each timed call against (grader/judge/measure.py): `exact`, the
-    reference's math a block of rows at a time, since the plain reference in float64 does not
-    fit in a GPU's memory at the benchmark case. (The answer is unique; only the memory differs.)"""
-    return exact
+# What the grader validates each timed call against (grader/judge/measure.py): `exact`, the
+# reference's math a block of rows at a time, since the plain reference in float64 does not fit
+# in a GPU's memory at the benchmark case. (The answer is unique; only the memory differs.)
+validating = exact
 
 
 def _sdpa(backend):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from dataclasses import dataclass, field
 
 import torch
 
@@ -61,6 +62,11 @@ QUICK_SETS = 2
 # float64 validation at the benchmark case takes GiBs for a moment, and a check beside it that
 # runs out waits for memory and runs again (grader.judge.oom)
 WARM_FREE = 0.25
+# a warming judge draws its timing's input sets ahead, with their float64 answers (Drawn), in
+# at most this fraction of the GPU's memory, held at its gate: QUICK's batch of 13 at the
+# leaderboard case takes 4.0 GB in both modes; up to 1 + AHEAD judges warm at once
+# (grader.run.tracks), each leaving WARM_FREE of the memory free
+DRAWN_FRACTION = 0.04
 # normwise relative error a timed output may have against float64 (the checks hold values
 # elementwise; here the point is that each timed call computed this call's answer)
 REL_BOUND = {"float64": 1e-9, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2, "int8": 1e-2}
@@ -78,19 +84,29 @@ def _ok(reply: dict) -> dict:
     return reply
 
 
-def validate(exercise, ref, args, mode, got, dy=None) -> str | None:
-    """None if this call's outputs (and gradients) are this input's answer; else why not."""
+def expect(exercise, ref, args, mode, dy=None, first=None) -> list:
+    """The float64 answer to one call: its outputs (forward), or its first output and the
+    gradients (forward+backward). A reference may declare, as functions like `reference`:
+    - `matching(args, output)`, the answer to a call whose output is `output`, for an op whose
+      answer the output decides (dropout's mask; a ReLU's kink): `first` is that output;
+    - `validating`, the same math in less memory, where the plain reference does not fit in the
+      GPU's at the benchmark case (13's S x S matrices)."""
     b = exercise.benchmark
-    # an op with randomness of its own (dropout) declares how the reference reproduces it from
-    # the output: reference.matching(args, output) -> a function like reference
-    fn = ref.matching(args, got[0]) if hasattr(ref, "matching") else ref.reference
+    fn = ref.matching(args, first) if hasattr(ref, "matching") else \
+        getattr(ref, "validating", ref.reference)
     if mode == "forward":
         with torch.no_grad():
             want = fn(*float64(args))
-        want = want if isinstance(want, (tuple, list)) else (want,)
-    else:
-        outs, grads = expected_grads(fn, *args, wrt=b.grad_args, dy=dy)
-        want = outs[:1] + grads
+        return list(want) if isinstance(want, (tuple, list)) else [want]
+    outs, grads = expected_grads(fn, *args, wrt=b.grad_args, dy=dy)
+    return list(outs[:1]) + list(grads)
+
+
+def validate(exercise, ref, args, mode, got, dy=None, want=None) -> str | None:
+    """None if this call's outputs (and gradients) are this input's answer; else why not.
+    `want`: the answer, where it was computed ahead (expect)."""
+    if want is None:
+        want = expect(exercise, ref, args, mode, dy, got[0])
     for k, (g, w) in enumerate(zip(got, want)):
         if g is None or w is None:
             continue
@@ -112,18 +128,84 @@ def _share(v):
     return tree_map(lambda t: transfer_copy(t) if isinstance(t, torch.Tensor) else t, v)
 
 
-def warm_up(session, exercise, ref) -> None:
+@dataclass
+class Call:
+    """One validated call's arguments (and incoming gradient), with its float64 answer."""
+    args: tuple
+    dy: object
+    want: list
+
+
+@dataclass
+class Drawn:
+    """A timing's input sets, drawn ahead while the judge warms up before its gate (checks share
+    the GPU then; nothing is timed), so that at its turn the validation only compares: the
+    float64 answers were most of QUICK's timing of 13 (0.27 s of the forward's 0.6 s, 0.69 s of
+    forward+backward's 1.2 s, on an H200, 2026-11-30), and the GPU is one track's at a time
+    then. Per mode, per set of the first validated batch: the inputs staged (a graph captured on
+    them), the values written into them before the timed run, and those of its call run alone,
+    each from a fresh seed drawn in this process (the submission's sees none of them before its
+    call), the last two with their answers. Taken once: a second try draws its own, then."""
+    sets: dict = field(default_factory=dict)  # mode -> [(staged, Call written, Call alone)]
+    bytes: int = 0
+
+    def take(self, mode: str) -> list:
+        return self.sets.pop(mode, [])
+
+
+def batch_size(one) -> int:
+    """Input sets in a validated batch, for sets like `one` (the arguments at the case)."""
+    per_set = nbytes(one) * 2 + 1
+    return max(2, min(QUICK_SETS if current().quick else 8, BATCH_BYTES // per_set))
+
+
+def _fixed(args):
+    """What a captured call holds fixed (its scalars): `args` less its tensors."""
+    return tree_map(lambda v: None if isinstance(v, torch.Tensor) else v, args)
+
+
+def _call(exercise, ref, mode, args, *, answer: bool = True) -> Call:
+    """A call's arguments, its incoming gradient (forward+backward), and (`answer`) its
+    float64 answer."""
+    dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
+    return Call(args, dy, expect(exercise, ref, args, mode, dy) if answer else None)
+
+
+def _draw(exercise, ref, mode, k, budget, stop) -> tuple[list, int]:
+    """Up to `k` of a batch's sets for Drawn, within `budget` bytes; fewer when `stop()` (the
+    grade is about to time a track) or the budget says so. Returns (sets, bytes)."""
+    out, used = [], 0
+    for _ in range(k):
+        if stop():
+            break
+        staged = make_inputs(exercise, ref, exercise.benchmark.case, fresh_seed())
+        fixed = _fixed(staged)
+        written, alone = (_call(exercise, ref, mode, _with_fixed(fixed, make_inputs(
+            exercise, ref, exercise.benchmark.case, fresh_seed()))) for _ in range(2))
+        size = nbytes((staged, written.args, written.dy, written.want, alone.args, alone.dy,
+                       alone.want))
+        if used + size > budget:
+            break
+        out.append((staged, written, alone))
+        used += size
+    return out, used
+
+
+def warm_up(session, exercise, ref, stop=lambda: False) -> Drawn | None:
     """A timing's first seconds, spent before its turn where the grade allows it (no track is
     timing: checks still run, and share the GPU as ever): this process's CUDA context, the
     submission's first call in each mode at the benchmark case (its kernels loaded, their
     launchers made) and this process's float64 validation of it (cuBLAS, the reference's
     kernels). On an H200 those took ~1 s of QUICK's 3 s timing of 13 at its turn (2026-11-30).
     Nothing is timed or kept: the timing warms up again on inputs of its own and validates
-    every timed call afresh. A failure here is the timing's to meet and report."""
+    every timed call afresh. Then the timing's input sets and their answers are drawn (Drawn),
+    until `stop()`: the grade asks before its first timing. A failure here is the timing's to
+    meet and report: it returns None, as it does where the memory is short."""
     b = exercise.benchmark
     free, total = torch.cuda.mem_get_info()
     if free < total * WARM_FREE:  # the checks beside it hold the memory: theirs come first
-        return
+        return None
+    drawn = Drawn()
     try:
         for mode in b.modes:
             args = make_inputs(exercise, ref, b.case, fresh_seed())
@@ -133,20 +215,33 @@ def warm_up(session, exercise, ref) -> None:
                                 dy=_share(dy) if dy is not None else None,
                                 timeout_s=max(600, session.timeout_s))
             if not r.get("ok"):
-                return
+                return None
             validate(exercise, ref, args, mode, r["outs"], dy)
+            k = batch_size(args)
             del args, dy, r
         torch.cuda.synchronize()
+        # an op whose answer its output decides (`matching`: expect) is answered after it
+        if not hasattr(ref, "matching"):
+            free, _ = torch.cuda.mem_get_info()
+            budget = min(DRAWN_FRACTION * total, free - WARM_FREE * total)
+            for mode in b.modes:
+                drawn.sets[mode], used = _draw(exercise, ref, mode, k, budget - drawn.bytes,
+                                               stop)
+                drawn.bytes += used
+            torch.cuda.synchronize()
+        return drawn
     except SubmissionDied:
         raise
     except Exception:  # (out of memory beside the checks, an output of the wrong shape, ...)
-        return
+        return None
     finally:
         torch.cuda.empty_cache()  # its blocks back to the checks still running beside it
 
 
-def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = True) -> dict:
-    """Time the submission's op at `case` in `mode` (in its process), and vouch for it."""
+def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = True,
+                    drawn: Drawn | None = None) -> dict:
+    """Time the submission's op at `case` in `mode` (in its process), and vouch for it.
+    `drawn`: the input sets drawn ahead (warm_up), at the benchmark case."""
     b = exercise.benchmark
     began = time.perf_counter()
     trace = lambda what: print(f"[timing]   {mode} {what}: {time.perf_counter() - began:.2f} s",
@@ -178,15 +273,17 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
     # on new input sets (up to BATCH_TRIES in all) and the fastest counts: a hiccup of the
     # machine (another process starting, the clocks) is not an accusation, while work that
     # escapes the events escapes them every time. Every batch's outputs are validated.
-    per_set = nbytes(one) * 2 + 1
-    k = max(2, min(QUICK_SETS if current().quick else 8, BATCH_BYTES // per_set))
+    k = batch_size(one)
+    ahead = drawn.take(mode) if drawn is not None and case == b.case else []
     warm_dy = dy_for(ref, one, exercise) if mode == "forward_backward" else None
     warmup = _share((one, warm_dy))
     del one, warm_dy
     walls, problem = [], None
     for attempt in range(BATCH_TRIES):
         wall_ms, problem = _validated_batch(session, exercise, ref, case, mode, k, warmup,
-                                            graphs=t["method"] == "graph", trace=trace)
+                                            graphs=t["method"] == "graph", trace=trace,
+                                            ahead=ahead)
+        ahead = []  # a batch run again draws its own sets
         walls.append(wall_ms)
         trace(f"batch {attempt + 1}: {k} input sets staged, run ({wall_ms * 1e3:.1f} us a call) "
               f"and validated")
@@ -201,13 +298,16 @@ def time_submission(session, exercise, ref, case, mode: str, *, batch: bool = Tr
 
 
 def _validated_batch(session, exercise, ref, case, mode, k, warmup, *, graphs: bool,
-                     trace=lambda what: None):
+                     trace=lambda what: None, ahead=()):
     """Stage k input sets in the submission's process (a graph captured on each), write new
     values into every set, time the k back-to-back replays (or calls) with the judge's clock
     (minus an empty request's round trip), and hold every output to float64 of the values the
-    judge wrote. Returns (ms per call, the first problem or None)."""
+    judge wrote. `ahead`: the first sets, drawn ahead with their answers (Drawn); the others
+    are drawn here. Returns (ms per call, the first problem or None)."""
     b = exercise.benchmark
-    staged = [make_inputs(exercise, ref, case, fresh_seed()) for _ in range(k)]
+    ahead = list(ahead)[:k]
+    staged = [a[0] for a in ahead] + [make_inputs(exercise, ref, case, fresh_seed())
+                                      for _ in range(k - len(ahead))]
     sent = _share(staged)
     sent_dys = _share([dy_for(ref, s, exercise) for s in staged]) \
         if mode == "forward_backward" else None
@@ -219,12 +319,18 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, *, graphs: b
                         timeout_s=limit))
     trace(f"  {k} input sets made, shared and staged")
     # new values, in place, into the memory the graphs read: what the replays must compute from
-    sets, dys = [], []
+    written = []  # each set's Call: the values written, and the answer where drawn ahead
     for i, args in enumerate(sent):
-        fresh = make_inputs(exercise, ref, case, fresh_seed())
-        sets.append(_refill(args, fresh))
+        if i < len(ahead):  # its values have the staged set's scalars already
+            c = ahead[i][1]
+            _refill(args, c.args)
+        else:
+            c = _call(exercise, ref, mode, _refill(args, make_inputs(exercise, ref, case,
+                                                                     fresh_seed())),
+                      answer=False)
         if sent_dys is not None:
-            dys.append(_refill(sent_dys[i], dy_for(ref, sets[-1], exercise)))
+            _refill(sent_dys[i], c.dy)
+        written.append(c)
     torch.cuda.synchronize()
     start = time.perf_counter()
     session.request("noop")
@@ -239,23 +345,28 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, *, graphs: b
     del sent, sent_dys, reply
     trace("  outputs collected")
     problem = None
-    for i, s in enumerate(sets):
-        problem = validate(exercise, ref, s, mode, outs[i], dys[i] if dys else None)
+    for i, c in enumerate(written):
+        problem = validate(exercise, ref, c.args, mode, outs[i], c.dy, c.want)
         if problem:
             problem = f"call {i + 1} of {k}: {problem}"
             break
     # what a captured call holds fixed (its scalars), per set, for the calls run alone below
-    fixed = [tree_map(lambda v: None if isinstance(v, torch.Tensor) else v, s) for s in sets]
-    del sets, dys, outs
+    fixed = [_fixed(c.args) for c in written]
+    del written, outs
     trace("  validated against float64")
-    problem = problem or _each_call_its_own(session, exercise, ref, case, mode, fixed, limit)
+    alone_calls = [a[2] for a in ahead]
+    del ahead
+    problem = problem or _each_call_its_own(session, exercise, ref, case, mode, fixed, limit,
+                                            alone_calls)
+    del alone_calls
     trace("  each call run alone on new values and validated")
     _ok(session.request("unstage"))
     torch.cuda.empty_cache()
     return max(wall - noop, 1e-6) * 1e3 / k, problem
 
 
-def _each_call_its_own(session, exercise, ref, case, mode, fixed, limit) -> str | None:
+def _each_call_its_own(session, exercise, ref, case, mode, fixed, limit,
+                       ahead=()) -> str | None:
     """The staged calls again, untimed, one at a time in a random order: new values into a
     set, its call alone, its outputs read before any other call runs. A batch whose calls were
     served by one launch (the last call computing every set: "superbatching") passes `go`'s
@@ -263,13 +374,15 @@ def _each_call_its_own(session, exercise, ref, case, mode, fixed, limit) -> str 
     own hand back the previous values' answers."""
     k = len(fixed)
     for i in random.Random(fresh_seed()).sample(range(k), k):
-        args = _with_fixed(fixed[i], make_inputs(exercise, ref, case, fresh_seed()))
-        dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
-        reply = _ok(session.request("prove", index=i, args=_share(args),
-                                    dy=_share(dy) if dy is not None else None, timeout_s=limit))
+        c = ahead[i] if i < len(ahead) else _call(
+            exercise, ref, mode, _with_fixed(fixed[i], make_inputs(exercise, ref, case,
+                                                                   fresh_seed())), answer=False)
+        reply = _ok(session.request("prove", index=i, args=_share(c.args),
+                                    dy=_share(c.dy) if c.dy is not None else None,
+                                    timeout_s=limit))
         outs = [o.clone() if isinstance(o, torch.Tensor) else None for o in reply["outs"]]
         del reply
-        problem = validate(exercise, ref, args, mode, outs, dy)
+        problem = validate(exercise, ref, c.args, mode, outs, c.dy, c.want)
         if problem:
             return (f"call {i + 1} of {k}, run alone on new values, did not compute its own "
                     f"answer (one launch serving several timed calls?): {problem}")
@@ -340,9 +453,10 @@ def figures_for(exercise, model, t, ceilings) -> dict:
     return t
 
 
-def grade_performance(exercise, track, session, record, prepared: tuple | None = None) -> None:
+def grade_performance(exercise, track, session, record, prepared: tuple | None = None,
+                      drawn: Drawn | None = None) -> None:
     """Time one track at the graded case against the baselines; record the performance event.
-    `prepared`: prepare_performance(exercise), done ahead."""
+    `prepared`: prepare_performance(exercise), done ahead; `drawn`: warm_up's input sets."""
     b = exercise.benchmark
     if b is None:
         return
@@ -366,7 +480,8 @@ def grade_performance(exercise, track, session, record, prepared: tuple | None =
     for mode in b.modes:
         model = getattr(ref, b.model)(b.case, getattr(torch, b.dtype), mode)
         try:
-            t, shared = alone(lambda: time_submission(session, exercise, ref, b.case, mode),
+            t, shared = alone(lambda: time_submission(session, exercise, ref, b.case, mode,
+                                                      drawn=drawn),
                               watch, trace=lambda what: print(f"[timing] {what}", flush=True))
             if shared:
                 t["shared"] = {str(pid): util for pid, util in shared.items()}

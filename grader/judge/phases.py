@@ -124,7 +124,7 @@ def _with_submission(args, exercise, track, record, early, spawner) -> None:
         session.close()
         return
     if args.phase == "bench":  # the parent saw the build load; it is cached
-        prepared = None
+        prepared = drawn = None
         if args.gate is not None:  # started ahead: another track may be timing right now
             prepared = prepare_performance(exercise)  # CPU only
             try:
@@ -133,13 +133,19 @@ def _with_submission(args, exercise, track, record, early, spawner) -> None:
                 # a kernel before the gate only while the grade says no track is timing
                 if args.warm is not None and _claim(args.warm):
                     began_warm = time.perf_counter()
-                    warm_up(session, exercise, prepared[0])
+                    # the grade asks the warm-up to end (its `.stop` file) before its first
+                    # timing, and waits for it: the sets not drawn by then are drawn at the turn
+                    stop = args.warm.with_name(args.warm.name + ".stop")
+                    drawn = warm_up(session, exercise, prepared[0], stop=stop.exists)
                     print(f"[timing] warmed up before the gate: "
-                          f"{time.perf_counter() - began_warm:.2f} s", flush=True)
+                          f"{time.perf_counter() - began_warm:.2f} s" + (
+                              f", {sum(map(len, drawn.sets.values()))} input sets drawn with "
+                              f"their answers ({drawn.bytes / 2**30:.1f} GiB)" if drawn else ""),
+                          flush=True)
             except SubmissionDied:
                 pass  # the timing below meets the same end and reports it, as ever
             _wait_at(args.gate, record, session.proc.pid)
-        grade_performance(exercise, track, session, record, prepared)
+        grade_performance(exercise, track, session, record, prepared, drawn)
         record_compiles(session, record)
         if session.attempts:  # the repository written, or the evidence redirected, while timed
             record(ev.Tampering(paths=list(session.attempts)))

@@ -233,6 +233,8 @@ class Ahead:
                     p.warm.unlink()  # not taken: that judge will not warm up
                 except FileNotFoundError:
                     waiting[label] = p
+                    # taken: it ends its warm-up at its next input set (measure.Drawn)
+                    p.warm.with_name(p.warm.name + ".stop").touch()
         until = time.monotonic() + timeout_s
         for label, p in waiting.items():
             if not p.ready(timeout_s=max(0.0, until - time.monotonic())) \
