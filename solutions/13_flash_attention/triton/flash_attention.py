@@ -701,10 +701,9 @@ def _fwd_gluon(q, k, v, o, lse, scale):
 # dQ_j in flight while S_{j+1} and dP_{j+1} are issued, so a warpgroup's tensor queue never
 # drains. Every wgmma is retired before the loop's back edge: one in flight across it made ptxas
 # serialise them all (its C7512).
-# Measured on an H200 (docs/performance.md, "flash-attention-gluon-solution"): at D 128, 6.07 ms
-# against the Triton kernels' 6.77, forward + backward 7.91 ms against 8.89 (cuDNN: 7.44); at
-# the leaderboard case (D 64, causal) the experiment's kernels took 3.49 ms against 3.81
-# (git show --stat 4d26c45), the same bits. It serves what _gluon_ok allows, dO and lse2 too.
+# Measured on an H200 (docs/performance.md, "flash-attention-gluon-solution"), the backward
+# alone: at D 128, 6.05 ms against the Triton kernels' 6.74; at the leaderboard case (D 64,
+# causal), 3.50 ms against 3.82; the same bits. It serves what _gluon_ok allows, dO and lse2 too.
 
 # per head dim: the ring depths, whether K, V (dK/dV) and dO (dQ) are register operands, and
 # whether dQ takes key blocks in pairs (the D 128 plan's switches were timed: 4d26c45)
