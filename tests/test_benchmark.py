@@ -179,7 +179,7 @@ def test_validation_of_a_timed_linear_relu_allows_the_kink_only():
     H200 run was rejected). reference.matching takes the submission's side inside that band
     only: a flip anywhere else, or zeros, is still rejected."""
     import torch
-    from grader.judge.measure import validate
+    from grader.judge.answers import validate
     from grader.common.reference import load_reference
     ex = discover(only="11")[0]
     ref = load_reference(ex)
@@ -212,7 +212,7 @@ def test_validation_of_a_timed_linear_relu_allows_the_kink_only():
 
 def test_sets_drawn_ahead_hold_a_timed_batch_to_the_same_answers(monkeypatch):
     """A warming judge draws its timing's input sets and their float64 answers ahead
-    (measure.Drawn); at its turn the batch writes those values and only compares. An honest op
+    (answers.Drawn); at its turn the batch writes those values and only compares. An honest op
     passes with them; an op that keeps its first result is caught with them as without them,
     in both modes; and the answers drawn ahead are the ones used (no float64 reference runs at
     the turn). On the CPU, the op called eagerly, as for an op that cannot be captured."""
@@ -221,7 +221,7 @@ def test_sets_drawn_ahead_hold_a_timed_batch_to_the_same_answers(monkeypatch):
 
     import torch
     from grader.common.reference import load_reference
-    from grader.judge import measure
+    from grader.judge import answers, measure
     from grader.judge.testing import value_and_grads
     ex = discover(only="06")[0]
     ex = dataclasses.replace(ex, benchmark=dataclasses.replace(
@@ -229,8 +229,10 @@ def test_sets_drawn_ahead_hold_a_timed_batch_to_the_same_answers(monkeypatch):
     ref = load_reference(ex)
     b = ex.benchmark
     dtype = getattr(torch, b.dtype)
-    monkeypatch.setattr(measure, "make_inputs", lambda exercise, ref, case, seed: tuple(
-        ref.bench_inputs(case, dtype, "cpu", torch.Generator().manual_seed(seed))))
+    cpu_inputs = lambda exercise, ref, case, seed: tuple(
+        ref.bench_inputs(case, dtype, "cpu", torch.Generator().manual_seed(seed)))
+    monkeypatch.setattr(measure, "make_inputs", cpu_inputs)
+    monkeypatch.setattr(answers, "make_inputs", cpu_inputs)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
 
     class Session:
@@ -272,17 +274,17 @@ def test_sets_drawn_ahead_hold_a_timed_batch_to_the_same_answers(monkeypatch):
             return {"ok": True}
 
     answered = []
-    expect = measure.expect
-    monkeypatch.setattr(measure, "expect", lambda *a, **k: answered.append(1) or expect(*a, **k))
+    expect = answers.expect
+    monkeypatch.setattr(answers, "expect", lambda *a, **k: answered.append(1) or expect(*a, **k))
     k = 3
     for mode in b.modes:
         for drawn in (True, False):
             for keep in (False, True):
-                ahead = measure._draw(ex, ref, mode, k, math.inf, lambda: False)[0] \
+                ahead = answers.draw(ex, ref, mode, k, math.inf, lambda: False)[0] \
                     if drawn else []
                 assert len(ahead) == (k if drawn else 0)
                 answered.clear()
-                warmup = measure.make_inputs(ex, ref, b.case, 0)
+                warmup = cpu_inputs(ex, ref, b.case, 0)
                 warm_dy = torch.randn_like(warmup[0]) if mode == "forward_backward" else None
                 _, problem = measure._validated_batch(
                     Session(keep), ex, ref, b.case, mode, k, (warmup, warm_dy), graphs=False,
@@ -294,7 +296,7 @@ def test_sets_drawn_ahead_hold_a_timed_batch_to_the_same_answers(monkeypatch):
                     # every call's answer (k in the batch, k run alone) drawn ahead, or not
                     assert len(answered) == (0 if drawn else 2 * k), (mode, drawn)
     # the grade's stop (before its first timing) ends the drawing at the next set
-    assert measure._draw(ex, ref, "forward", k, math.inf, lambda: True)[0] == []
-    one = measure._draw(ex, ref, "forward", k, math.inf, lambda: False)
-    assert measure._draw(ex, ref, "forward", k, one[1] * 2 // k, lambda: False)[0] != []
-    assert len(measure._draw(ex, ref, "forward", k, one[1] // k - 1, lambda: False)[0]) == 0
+    assert answers.draw(ex, ref, "forward", k, math.inf, lambda: True)[0] == []
+    one = answers.draw(ex, ref, "forward", k, math.inf, lambda: False)
+    assert answers.draw(ex, ref, "forward", k, one[1] * 2 // k, lambda: False)[0] != []
+    assert len(answers.draw(ex, ref, "forward", k, one[1] // k - 1, lambda: False)[0]) == 0

@@ -75,11 +75,11 @@ def test_exact_is_the_reference_with_its_gradients(ref, monkeypatch, shape, caus
 
 
 def test_the_grader_holds_timed_calls_to_exact(ref, monkeypatch):
-    """The timing's validation (grader.judge.measure.expect) takes `exact` through the
+    """The timing's validation (grader.judge.answers.expect) takes `exact` through the
     reference's `validating`, not the plain reference (~100 GiB in float64 at the benchmark
-    case), and without a call's output: the answers are drawn ahead (measure.Drawn)."""
+    case), and without a call's output: the answers are drawn ahead (answers.Drawn)."""
     from grader.common.discover import discover
-    from grader.judge.measure import expect
+    from grader.judge.answers import expect
     ex = discover(only="13")[0]
     called = []
     monkeypatch.setattr(ref, "reference", lambda *a: called.append(1))

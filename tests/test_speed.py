@@ -690,7 +690,7 @@ def test_timing_judges_warm_up_only_while_no_track_is_timing(monkeypatch, tmp_pa
     ahead.quiet(timeout_s=0.5)
     assert time.monotonic() - began < 5
     assert not any(w.exists() for w in warms.values())  # taken back from 05's
-    # one that took its file is asked to end its warm-up (measure.Drawn: no more input sets
+    # one that took its file is asked to end its warm-up (answers.Drawn: no more input sets
     # drawn ahead); 05's never began; 04's, cancelled below, has its folder removed
     stops = {i: w.with_name(w.name + ".stop").exists() for i, w in warms.items()}
     assert stops == {exs[0].id: True, exs[1].id: False, exs[2].id: False}

@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import random
 import time
-from dataclasses import dataclass, field
 
 import torch
 
@@ -37,14 +36,22 @@ from grader.common import events as ev
 from grader.common.ceilings import CEILINGS, rate
 from grader.common.paths import CEILINGS as CEILING_CACHE
 from grader.common.seam import transfer_copy, tree_map
-from grader.common.settings import current
 from grader.common.trust import Delegation, SideStream
 from grader.judge.alone import ALONE_UNCHECKED, Watch, alone, shared_problem
+from grader.judge.answers import (
+    Drawn,
+    batch_size,
+    draw,
+    make_call,
+    refill,
+    scalars_of,
+    validate,
+    with_fixed,
+)
 from grader.judge.baselines import baseline_times, prepare_performance
-from grader.judge.cases import dy_for, fresh_seed, make_inputs, nbytes
+from grader.judge.cases import dy_for, fresh_seed, make_inputs
 from grader.judge.ceilings import measure_ceilings
 from grader.judge.proxy import SubmissionDied, raise_remote, remote_call
-from grader.judge.testing import expected_grads, float64
 
 # wall clock per call over the reported time that is believed: replays are launched in a few us
 # and run back to back (their wall clock is their GPU time, a little less with a warm L2); eager
@@ -52,12 +59,7 @@ from grader.judge.testing import expected_grads, float64
 ESCAPE_RATIO = {"graph": 1.15, "events": 1.3}
 ESCAPE_SLACK_MS = 0.05
 IMPOSSIBLE = 1.10           # a rate above this fraction of the measured ceiling is not physical
-BATCH_BYTES = 12 << 30      # input + output memory one validated batch may use
 BATCH_TRIES = 3             # validated batches at most, when the wall clock disagrees (below)
-# QUICK's validated batch: the fewest input sets that still run back to back and are each proved
-# alone. Validating 8 was 4.1 of the 6 s that timed 13 under QUICK (an H200, 2026-11-30); the
-# full grade keeps up to 8
-QUICK_SETS = 2
 # a timing judge warms up before its gate only with this fraction of the GPU's memory free: its
 # float64 validation at the benchmark case takes GiBs for a moment, and a check beside it that
 # runs out waits for memory and runs again (grader.judge.oom)
@@ -67,9 +69,6 @@ WARM_FREE = 0.25
 # leaderboard case takes 4.0 GB in both modes; up to 1 + AHEAD judges warm at once
 # (grader.run.tracks), each leaving WARM_FREE of the memory free
 DRAWN_FRACTION = 0.04
-# normwise relative error a timed output may have against float64 (the checks hold values
-# elementwise; here the point is that each timed call computed this call's answer)
-REL_BOUND = {"float64": 1e-9, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2, "int8": 1e-2}
 
 
 def escaped(event_ms: float, wall_ms: float, method: str = "graph") -> bool:
@@ -84,111 +83,9 @@ def _ok(reply: dict) -> dict:
     return reply
 
 
-def expect(exercise, ref, args, mode, dy=None, first=None) -> list:
-    """The float64 answer to one call: its outputs (forward), or its first output and the
-    gradients (forward+backward). A reference may declare, as functions like `reference`:
-    - `matching(args, output)`, the answer to a call whose output is `output`, for an op whose
-      answer the output decides (dropout's mask; a ReLU's kink): `first` is that output;
-    - `validating`, the same math in less memory, where the plain reference does not fit in the
-      GPU's at the benchmark case (13's S x S matrices)."""
-    b = exercise.benchmark
-    fn = ref.matching(args, first) if hasattr(ref, "matching") else \
-        getattr(ref, "validating", ref.reference)
-    if mode == "forward":
-        with torch.no_grad():
-            want = fn(*float64(args))
-        return list(want) if isinstance(want, (tuple, list)) else [want]
-    outs, grads = expected_grads(fn, *args, wrt=b.grad_args, dy=dy)
-    return list(outs[:1]) + list(grads)
-
-
-def validate(exercise, ref, args, mode, got, dy=None, want=None) -> str | None:
-    """None if this call's outputs (and gradients) are this input's answer; else why not.
-    `want`: the answer, where it was computed ahead (expect)."""
-    if want is None:
-        want = expect(exercise, ref, args, mode, dy, got[0])
-    for k, (g, w) in enumerate(zip(got, want)):
-        if g is None or w is None:
-            continue
-        g64, w64 = g.double(), w.double()
-        if not bool(torch.isfinite(g64).all()) and bool(torch.isfinite(w64).all()):
-            return f"timed output {k} has NaN or inf where the reference is finite"
-        err = (torch.linalg.vector_norm(g64 - w64) /
-               torch.linalg.vector_norm(w64).clamp_min(1e-30)).item()
-        bound = REL_BOUND.get(str(g.dtype).removeprefix("torch."), 1e-2)
-        if not err <= bound:
-            return (f"timed output {k} is not this call's answer (relative error {err:.3g}, "
-                    f"bound {bound:g}): a cached or deferred result, or a special case for the "
-                    f"benchmark size")
-    return None
-
-
 def _share(v):
     """Tensors (in containers too) as copies the submission's process maps, not the judge's own."""
     return tree_map(lambda t: transfer_copy(t) if isinstance(t, torch.Tensor) else t, v)
-
-
-@dataclass
-class Call:
-    """One validated call's arguments (and incoming gradient), with its float64 answer."""
-    args: tuple
-    dy: object
-    want: list
-
-
-@dataclass
-class Drawn:
-    """A timing's input sets, drawn ahead while the judge warms up before its gate (checks share
-    the GPU then; nothing is timed), so that at its turn the validation only compares: the
-    float64 answers were most of QUICK's timing of 13 (0.27 s of the forward's 0.6 s, 0.69 s of
-    forward+backward's 1.2 s, on an H200, 2026-11-30), and the GPU is one track's at a time
-    then. Per mode, per set of the first validated batch: the inputs staged (a graph captured on
-    them), the values written into them before the timed run, and those of its call run alone,
-    each from a fresh seed drawn in this process (the submission's sees none of them before its
-    call), the last two with their answers. Taken once: a second try draws its own, then."""
-    sets: dict = field(default_factory=dict)  # mode -> [(staged, Call written, Call alone)]
-    bytes: int = 0
-
-    def take(self, mode: str) -> list:
-        return self.sets.pop(mode, [])
-
-
-def batch_size(one) -> int:
-    """Input sets in a validated batch, for sets like `one` (the arguments at the case)."""
-    per_set = nbytes(one) * 2 + 1
-    return max(2, min(QUICK_SETS if current().quick else 8, BATCH_BYTES // per_set))
-
-
-def _fixed(args):
-    """What a captured call holds fixed (its scalars): `args` less its tensors."""
-    return tree_map(lambda v: None if isinstance(v, torch.Tensor) else v, args)
-
-
-def _call(exercise, ref, mode, args, *, answer: bool = True) -> Call:
-    """A call's arguments, its incoming gradient (forward+backward), and (`answer`) its
-    float64 answer."""
-    dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
-    return Call(args, dy, expect(exercise, ref, args, mode, dy) if answer else None)
-
-
-def _draw(exercise, ref, mode, k, budget, stop) -> tuple[list, int]:
-    """Up to `k` of a batch's sets for Drawn, within `budget` bytes; fewer when `stop()` (the
-    grade is about to time a track) or the budget says so. Returns (sets, bytes)."""
-    out, used = [], 0
-    for _ in range(k):
-        if stop():
-            break
-        staged = make_inputs(exercise, ref, exercise.benchmark.case, fresh_seed())
-        fixed = _fixed(staged)
-        written, alone = (_call(exercise, ref, mode, _with_fixed(fixed, make_inputs(
-            exercise, ref, exercise.benchmark.case, fresh_seed()))) for _ in range(2))
-        size = nbytes((staged, written.args, written.dy, written.want, alone.args, alone.dy,
-                       alone.want))
-        if used + size > budget:
-            break
-        out.append((staged, written, alone))
-        used += size
-    return out, used
 
 
 def warm_up(session, exercise, ref, stop=lambda: False) -> Drawn | None:
@@ -225,7 +122,7 @@ def warm_up(session, exercise, ref, stop=lambda: False) -> Drawn | None:
             free, _ = torch.cuda.mem_get_info()
             budget = min(DRAWN_FRACTION * total, free - WARM_FREE * total)
             for mode in b.modes:
-                drawn.sets[mode], used = _draw(exercise, ref, mode, k, budget - drawn.bytes,
+                drawn.sets[mode], used = draw(exercise, ref, mode, k, budget - drawn.bytes,
                                                stop)
                 drawn.bytes += used
             torch.cuda.synchronize()
@@ -323,13 +220,13 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, *, graphs: b
     for i, args in enumerate(sent):
         if i < len(ahead):  # its values have the staged set's scalars already
             c = ahead[i][1]
-            _refill(args, c.args)
+            refill(args, c.args)
         else:
-            c = _call(exercise, ref, mode, _refill(args, make_inputs(exercise, ref, case,
+            c = make_call(exercise, ref, mode, refill(args, make_inputs(exercise, ref, case,
                                                                      fresh_seed())),
                       answer=False)
         if sent_dys is not None:
-            _refill(sent_dys[i], c.dy)
+            refill(sent_dys[i], c.dy)
         written.append(c)
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -351,7 +248,7 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, *, graphs: b
             problem = f"call {i + 1} of {k}: {problem}"
             break
     # what a captured call holds fixed (its scalars), per set, for the calls run alone below
-    fixed = [_fixed(c.args) for c in written]
+    fixed = [scalars_of(c.args) for c in written]
     del written, outs
     trace("  validated against float64")
     alone_calls = [a[2] for a in ahead]
@@ -374,8 +271,8 @@ def _each_call_its_own(session, exercise, ref, case, mode, fixed, limit,
     own hand back the previous values' answers."""
     k = len(fixed)
     for i in random.Random(fresh_seed()).sample(range(k), k):
-        c = ahead[i] if i < len(ahead) else _call(
-            exercise, ref, mode, _with_fixed(fixed[i], make_inputs(exercise, ref, case,
+        c = ahead[i] if i < len(ahead) else make_call(
+            exercise, ref, mode, with_fixed(fixed[i], make_inputs(exercise, ref, case,
                                                                    fresh_seed())), answer=False)
         reply = _ok(session.request("prove", index=i, args=_share(c.args),
                                     dy=_share(c.dy) if c.dy is not None else None,
@@ -387,27 +284,6 @@ def _each_call_its_own(session, exercise, ref, case, mode, fixed, limit,
             return (f"call {i + 1} of {k}, run alone on new values, did not compute its own "
                     f"answer (one launch serving several timed calls?): {problem}")
     return None
-
-
-def _with_fixed(fixed, fresh):
-    """`fresh`'s tensors with `fixed`'s other arguments (same structure)."""
-    if isinstance(fresh, torch.Tensor):
-        return fresh
-    if isinstance(fresh, (tuple, list)):
-        return type(fresh)(_with_fixed(a, b) for a, b in zip(fixed, fresh))
-    return fixed
-
-
-def _refill(sent, fresh):
-    """Write `fresh`'s tensors into the shared tensors of `sent` (same structure), keeping
-    `sent`'s other arguments (a scalar, a seed: a captured graph holds them fixed). Returns the
-    arguments as the judge computes the expectation from: fresh values, the same scalars."""
-    if isinstance(sent, torch.Tensor):
-        sent.copy_(fresh)
-        return fresh
-    if isinstance(sent, (tuple, list)):
-        return type(sent)(_refill(s, f) for s, f in zip(sent, fresh))
-    return sent
 
 
 def figures_for(exercise, model, t, ceilings) -> dict:

@@ -233,7 +233,7 @@ class Ahead:
                     p.warm.unlink()  # not taken: that judge will not warm up
                 except FileNotFoundError:
                     waiting[label] = p
-                    # taken: it ends its warm-up at its next input set (measure.Drawn)
+                    # taken: it ends its warm-up at its next input set (answers.Drawn)
                     p.warm.with_name(p.warm.name + ".stop").touch()
         until = time.monotonic() + timeout_s
         for label, p in waiting.items():
