@@ -712,18 +712,22 @@ GLUON_BWD = {64: dict(DKDV_STAGES=4, KREG=True, DQ_STAGES=4, DOREG=True, PAIRS=F
 
 if GLUON:
     @gluon.jit
+    def _gluon_load_once(a_desc, b_desc, row, bar, a_smem, b_smem, BLK: gl.constexpr):
+        """A producer's first copies: its program's two loop-invariant tensors (K and V for
+        dK/dV, Q and dO for dQ), a BLK-row half of each per consumer warpgroup, on one barrier."""
+        mbarrier.expect(bar, 4 * a_desc.block_type.nbytes)
+        for w in gl.static_range(2):
+            tma.async_copy_global_to_shared(a_desc, [row + w * BLK, 0], bar, a_smem.index(w))
+            tma.async_copy_global_to_shared(b_desc, [row + w * BLK, 0], bar, b_smem.index(w))
+
+    @gluon.jit
     def _dkdv_gluon_load(q_desc, do_desc, k_desc, v_desc, lse_desc, dl_desc,
                          q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem,
                          kv_bar, ready, empty, kv_row, q_row0, n_it,
                          BLK: gl.constexpr, STAGES: gl.constexpr):
         """The producer warp: this program's K and V once (a 64-row half per consumer), then
         query blocks into the ring, each stage refilled once both consumers released it."""
-        mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
-        for w in gl.static_range(2):
-            tma.async_copy_global_to_shared(k_desc, [kv_row + w * BLK, 0], kv_bar,
-                                            k_smem.index(w))
-            tma.async_copy_global_to_shared(v_desc, [kv_row + w * BLK, 0], kv_bar,
-                                            v_smem.index(w))
+        _gluon_load_once(k_desc, v_desc, kv_row, kv_bar, k_smem, v_smem, BLK)
         nbytes: gl.constexpr = 2 * q_desc.block_type.nbytes + 2 * lse_desc.block_type.nbytes
         for i in range(n_it):
             s = i % STAGES
@@ -878,12 +882,7 @@ if GLUON:
                        BLK: gl.constexpr, STAGES: gl.constexpr):
         """The producer warp: this program's Q and dO once, then key blocks (K, V) into the
         ring."""
-        mbarrier.expect(qdo_bar, 4 * q_desc.block_type.nbytes)
-        for w in gl.static_range(2):
-            tma.async_copy_global_to_shared(q_desc, [q_row + w * BLK, 0], qdo_bar,
-                                            q_smem.index(w))
-            tma.async_copy_global_to_shared(do_desc, [q_row + w * BLK, 0], qdo_bar,
-                                            do_smem.index(w))
+        _gluon_load_once(q_desc, do_desc, q_row, qdo_bar, q_smem, do_smem, BLK)
         nbytes: gl.constexpr = 2 * k_desc.block_type.nbytes
         for j in range(n_kv):
             s = j % STAGES
