@@ -692,7 +692,8 @@ def test_timing_judges_warm_up_only_while_no_track_is_timing(monkeypatch, tmp_pa
     assert not any(w.exists() for w in warms.values())  # taken back from 05's
     # one that took its file is asked to end its warm-up (answers.Drawn: no more input sets
     # drawn ahead); 05's never began; 04's, cancelled below, has its folder removed
-    stops = {i: w.with_name(w.name + ".stop").exists() for i, w in warms.items()}
+    from grader.common.paths import warm_stop
+    stops = {i: warm_stop(w).exists() for i, w in warms.items()}
     assert stops == {exs[0].id: True, exs[1].id: False, exs[2].id: False}
     assert not _claim(warms[exs[2].id])  # 05's judge, its imports done: no warm-up now
     assert [j.events for j in killed] == [started[exs[1].id][1]]  # the one still warming

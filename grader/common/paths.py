@@ -57,6 +57,13 @@ def tree_caches(tree: Path) -> list[Path]:
     return [CACHE / sub / tag for sub in ("build", "aot", "submission")]
 
 
+def warm_stop(warm: Path) -> Path:
+    """The file the grade touches beside a timing judge's warm file (grader.run.tracks.Ahead.quiet)
+    to end that judge's warm-up at its next input set, before the grade's first timing
+    (grader.judge.measure.warm_up)."""
+    return warm.with_name(warm.name + ".stop")
+
+
 def warm_marker(exercise, device: str) -> Path:
     """The file the judge leaves when every compiled baseline of the exercise compiled and ran
     on this GPU (grader.judge.baselines.warm_baselines): the judge's Inductor cache (INDUCTOR)

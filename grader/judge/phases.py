@@ -27,7 +27,7 @@ import torch
 
 from grader.common import events as ev
 from grader.common.discover import load_exercise
-from grader.common.paths import EXERCISES, HYPOTHESIS, ROOT
+from grader.common.paths import EXERCISES, HYPOTHESIS, ROOT, warm_stop
 from grader.common.processes import crash_excerpt
 from grader.common.seam import start_sharing
 from grader.common.settings import current
@@ -135,8 +135,8 @@ def _with_submission(args, exercise, track, record, early, spawner) -> None:
                     began_warm = time.perf_counter()
                     # the grade asks the warm-up to end (its `.stop` file) before its first
                     # timing, and waits for it: the sets not drawn by then are drawn at the turn
-                    stop = args.warm.with_name(args.warm.name + ".stop")
-                    drawn = warm_up(session, exercise, prepared[0], stop=stop.exists)
+                    drawn = warm_up(session, exercise, prepared[0],
+                                    stop=warm_stop(args.warm).exists)
                     print(f"[timing] warmed up before the gate: "
                           f"{time.perf_counter() - began_warm:.2f} s" + (
                               f", {sum(map(len, drawn.sets.values()))} input sets drawn with "

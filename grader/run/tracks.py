@@ -21,7 +21,7 @@ from pathlib import Path
 from grader.common import events as ev
 from grader.common.discover import Exercise, Track
 from grader.common.machine import landlock_available
-from grader.common.paths import CACHE, CEILINGS, ROOT
+from grader.common.paths import CACHE, CEILINGS, ROOT, warm_stop
 from grader.common.settings import Settings
 from grader.run.follow import Follower
 from grader.run.launch import JudgeProcess, kill_judge, start_judge, wait_judge
@@ -234,7 +234,7 @@ class Ahead:
                 except FileNotFoundError:
                     waiting[label] = p
                     # taken: it ends its warm-up at its next input set (answers.Drawn)
-                    p.warm.with_name(p.warm.name + ".stop").touch()
+                    warm_stop(p.warm).touch()
         until = time.monotonic() + timeout_s
         for label, p in waiting.items():
             if not p.ready(timeout_s=max(0.0, until - time.monotonic())) \
