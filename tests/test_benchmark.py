@@ -300,3 +300,55 @@ def test_sets_drawn_ahead_hold_a_timed_batch_to_the_same_answers(monkeypatch):
     one = answers.draw(ex, ref, "forward", k, math.inf, lambda: False)
     assert answers.draw(ex, ref, "forward", k, one[1] * 2 // k, lambda: False)[0] != []
     assert len(answers.draw(ex, ref, "forward", k, one[1] // k - 1, lambda: False)[0]) == 0
+
+
+def test_the_warm_up_draws_while_the_submission_makes_its_first_calls(monkeypatch):
+    """A timing judge's warm-up draws its sets and their answers (answers.Drawing) in a thread
+    while its main thread waits for the submission's first calls: here the submission's process
+    answers its first warm request only once a set has been drawn, which a warm-up that drew
+    after its calls would never see. A drawing that fails leaves nothing drawn, and the warm-up
+    ends as ever."""
+    import dataclasses
+    import threading
+    import types
+
+    import torch
+    from grader.common.reference import load_reference
+    from grader.judge import answers, measure
+    ex = discover(only="06")[0]
+    ex = dataclasses.replace(ex, benchmark=dataclasses.replace(
+        ex.benchmark, case={"B": 2, "S": 8, "N": 64}))
+    ref = load_reference(ex)
+    dtype = getattr(torch, ex.benchmark.dtype)
+    cpu_inputs = lambda exercise, ref, case, seed: tuple(
+        ref.bench_inputs(case, dtype, "cpu", torch.Generator().manual_seed(seed)))
+    for module in (measure, answers):
+        monkeypatch.setattr(module, "make_inputs", cpu_inputs)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (90 << 30, 100 << 30))
+    monkeypatch.setattr(answers, "current", lambda: types.SimpleNamespace(quick=True))
+    one_drawn = threading.Event()
+    draw = answers.draw
+
+    def drawing(*a, **k):
+        got = draw(*a, **k)
+        one_drawn.set()
+        return got
+    monkeypatch.setattr(answers, "draw", drawing)
+
+    class Session:
+        timeout_s = 60
+        seen = []
+
+        def request(self, what, **kw):
+            self.seen.append(one_drawn.wait(timeout=30))
+            return {"ok": True, "outs": [ref.reference(*kw["args"]).detach()] + (
+                [None] * 2 if kw["mode"] == "forward_backward" else [])}
+    s = Session()
+    drawn = measure.warm_up(s, ex, ref)
+    assert s.seen == [True, True]
+    assert {m: len(v) for m, v in drawn.sets.items()} == {m: 2 for m in ex.benchmark.modes}
+    monkeypatch.setattr(answers, "draw", lambda *a, **k: 1 / 0)
+    drawn = measure.warm_up(types.SimpleNamespace(timeout_s=60, request=lambda what, **kw: {
+        "ok": True, "outs": [ref.reference(*kw["args"]).detach(), None, None]}), ex, ref)
+    assert drawn is not None and drawn.sets == {} and drawn.bytes == 0
