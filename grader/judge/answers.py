@@ -9,7 +9,6 @@ case (13's S x S matrices).
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -150,34 +149,3 @@ def refill(sent, fresh):
     if isinstance(sent, (tuple, list)):
         return type(sent)(refill(s, f) for s, f in zip(sent, fresh))
     return sent
-
-
-class Drawing(threading.Thread):
-    """Drawn, made in a thread of the judge while its main thread waits for the submission's
-    first calls (grader.judge.measure.warm_up): the answers are the judge's own GPU work and
-    ask nothing of the submission's process. In turn the two took 1.0 s each of QUICK's
-    warm-up of 13 (an H200, 2026-11-30), and the warm-up then ended after the checks.
-    `result()`: what was drawn; nothing where the drawing failed (out of memory beside the
-    checks): the timing draws its sets at its turn then."""
-
-    def __init__(self, exercise, ref, budget, stop):
-        super().__init__(name="drawing the timing's input sets", daemon=True)
-        self.exercise, self.ref, self.budget, self.stop = exercise, ref, budget, stop
-        self.drawn, self.failed = Drawn(), None
-
-    def run(self) -> None:
-        try:
-            b = self.exercise.benchmark
-            k = batch_size(make_inputs(self.exercise, self.ref, b.case, fresh_seed()))
-            for mode in b.modes:
-                sets, used = draw(self.exercise, self.ref, mode, k,
-                                  self.budget - self.drawn.bytes, self.stop)
-                self.drawn.sets[mode] = sets
-                self.drawn.bytes += used
-            torch.cuda.synchronize()
-        except Exception as e:  # (any failure leaves the drawing to the timing's turn)
-            self.failed = e
-
-    def result(self) -> Drawn:
-        self.join()
-        return Drawn() if self.failed is not None else self.drawn

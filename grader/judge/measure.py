@@ -39,9 +39,9 @@ from grader.common.seam import transfer_copy, tree_map
 from grader.common.trust import Delegation, SideStream
 from grader.judge.alone import ALONE_UNCHECKED, Watch, alone, shared_problem
 from grader.judge.answers import (
-    Drawing,
     Drawn,
     batch_size,
+    draw,
     make_call,
     refill,
     scalars_of,
@@ -95,19 +95,15 @@ def warm_up(session, exercise, ref, stop=lambda: False) -> Drawn | None:
     launchers made) and this process's float64 validation of it (cuBLAS, the reference's
     kernels). On an H200 those took ~1 s of QUICK's 3 s timing of 13 at its turn (2026-11-30).
     Nothing is timed or kept: the timing warms up again on inputs of its own and validates
-    every timed call afresh. Meanwhile, in a thread, the timing's input sets and their answers
-    are drawn (Drawing), until `stop()`: the grade asks before its first timing. A failure here
-    is the timing's to meet and report: it returns None, as it does where the memory is short."""
+    every timed call afresh. Then the timing's input sets and their answers are drawn (Drawn),
+    until `stop()`: the grade asks before its first timing. A failure here is the timing's to
+    meet and report: it returns None, as it does where the memory is short."""
     b = exercise.benchmark
     free, total = torch.cuda.mem_get_info()
     if free < total * WARM_FREE:  # the checks beside it hold the memory: theirs come first
         return None
-    # an op whose answer its output decides (`matching`: expect) is answered after it
-    drawing = None if hasattr(ref, "matching") else \
-        Drawing(exercise, ref, min(DRAWN_FRACTION * total, free - WARM_FREE * total), stop)
+    drawn = Drawn()
     try:
-        if drawing is not None:
-            drawing.start()
         for mode in b.modes:
             args = make_inputs(exercise, ref, b.case, fresh_seed())
             dy = dy_for(ref, args, exercise) if mode == "forward_backward" else None
@@ -118,16 +114,24 @@ def warm_up(session, exercise, ref, stop=lambda: False) -> Drawn | None:
             if not r.get("ok"):
                 return None
             validate(exercise, ref, args, mode, r["outs"], dy)
+            k = batch_size(args)
             del args, dy, r
         torch.cuda.synchronize()
-        return drawing.result() if drawing is not None else Drawn()
+        # an op whose answer its output decides (`matching`: expect) is answered after it
+        if not hasattr(ref, "matching"):
+            free, _ = torch.cuda.mem_get_info()
+            budget = min(DRAWN_FRACTION * total, free - WARM_FREE * total)
+            for mode in b.modes:
+                drawn.sets[mode], used = draw(exercise, ref, mode, k, budget - drawn.bytes,
+                                               stop)
+                drawn.bytes += used
+            torch.cuda.synchronize()
+        return drawn
     except SubmissionDied:
         raise
     except Exception:  # (out of memory beside the checks, an output of the wrong shape, ...)
         return None
     finally:
-        if drawing is not None and drawing.is_alive():
-            drawing.join()  # its GPU work done before the gate, whatever the warm-up's end
         torch.cuda.empty_cache()  # its blocks back to the checks still running beside it
 
 
