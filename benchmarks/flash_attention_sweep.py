@@ -569,9 +569,10 @@ def ncu_readings(text: str) -> list[str]:
 
 def ncu(a) -> int:
     solution = a.solution or str(SOLUTION)
+    # the Triton kernels and the Gluon ones (_fwd_gluon_kernel, _dkdv_gluon_kernel, ...)
+    kernels = "_fwd_kernel|_bwd_delta_kernel|_bwd_dkdv_kernel|_bwd_dq_kernel|_gluon_kernel"
     cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--target-processes",
-           "all", "-k", "regex:_fwd_kernel|_bwd_dkdv_kernel|_bwd_dq_kernel", "--csv", "--page",
-           "raw", "--print-units", "base"]
+           "all", "-k", "regex:" + kernels, "--csv", "--page", "raw", "--print-units", "base"]
     for s in SECTIONS:
         cmd += ["--section", s]
     cmd += ["--metrics", "gpu__time_duration.sum,launch__registers_per_thread"]
@@ -583,8 +584,8 @@ def ncu(a) -> int:
     tag = a.tag or "ncu"
     (Path(a.out) / f"{tag}.csv").write_text(p.stdout)
     (Path(a.out) / f"{tag}.err").write_text(p.stderr[-20000:])
-    log(f"ncu exit {p.returncode} in {time.time() - began:.0f} s; per case: fwd, dkdv, dq "
-        f"(leaderboard, then wide)")
+    log(f"ncu exit {p.returncode} in {time.time() - began:.0f} s; per case its kernels in "
+        f"launch order: fwd, delta, dK/dV, dQ (Triton's or Gluon's; leaderboard, then wide)")
     for line in ncu_readings(p.stdout):
         log("  " + line)
     if p.returncode:
