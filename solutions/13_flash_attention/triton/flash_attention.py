@@ -705,8 +705,9 @@ def _fwd_gluon(q, k, v, o, lse, scale):
 # alone: at D 128, 6.05 ms against the Triton kernels' 6.74; at the leaderboard case (D 64,
 # causal), 3.50 ms against 3.82; the same bits. It serves what _gluon_ok allows, dO and lse2 too.
 # Against cuDNN's five products: kernel by kernel the leaderboard step is within 1% of it, but
-# back to back both run at the H200's 700 W cap, where these seven run at the lower clock (1.79
-# against 1.87 GHz, the same section): what is left looks like work, not scheduling.
+# back to back both run at the H200's 700 W cap, where these seven run at the lower clock
+# (1.77-1.80 against 1.85-1.88 GHz, the same section): what is left there looks like work, not
+# scheduling. At D 128 the clocks are level and these kernels need more cycles.
 
 # per head dim: the ring depths, whether K, V (dK/dV) and dO (dQ) are register operands, and
 # whether dQ takes key blocks in pairs (the D 128 plan's switches were timed: 4d26c45)
