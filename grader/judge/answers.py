@@ -110,6 +110,13 @@ def make_call(exercise, ref, mode, args, *, answer: bool = True) -> Call:
     return Call(args, dy, expect(exercise, ref, args, mode, dy) if answer else None)
 
 
+def fresh_call(exercise, ref, mode, case, fixed, *, answer: bool = True) -> Call:
+    """A call on new values from a fresh seed at `case`, holding `fixed`'s scalars (what a
+    captured call holds fixed: scalars_of)."""
+    args = with_fixed(fixed, make_inputs(exercise, ref, case, fresh_seed()))
+    return make_call(exercise, ref, mode, args, answer=answer)
+
+
 def draw(exercise, ref, mode, k, budget, stop) -> tuple[list, int]:
     """Up to `k` of a batch's sets for Drawn, within `budget` bytes; fewer when `stop()` (the
     grade is about to time a track) or the budget says so. Returns (sets, bytes)."""
@@ -117,10 +124,10 @@ def draw(exercise, ref, mode, k, budget, stop) -> tuple[list, int]:
     for _ in range(k):
         if stop():
             break
-        staged = make_inputs(exercise, ref, exercise.benchmark.case, fresh_seed())
-        fixed = scalars_of(staged)
-        written, alone = (make_call(exercise, ref, mode, with_fixed(fixed, make_inputs(
-            exercise, ref, exercise.benchmark.case, fresh_seed()))) for _ in range(2))
+        case = exercise.benchmark.case
+        staged = make_inputs(exercise, ref, case, fresh_seed())
+        written, alone = (fresh_call(exercise, ref, mode, case, scalars_of(staged))
+                          for _ in range(2))
         size = nbytes((staged, written.args, written.dy, written.want, alone.args, alone.dy,
                        alone.want))
         if used + size > budget:

@@ -42,11 +42,10 @@ from grader.judge.answers import (
     Drawn,
     batch_size,
     draw,
-    make_call,
+    fresh_call,
     refill,
     scalars_of,
     validate,
-    with_fixed,
 )
 from grader.judge.baselines import baseline_times, prepare_performance
 from grader.judge.cases import dy_for, fresh_seed, make_inputs
@@ -218,13 +217,9 @@ def _validated_batch(session, exercise, ref, case, mode, k, warmup, *, graphs: b
     # new values, in place, into the memory the graphs read: what the replays must compute from
     written = []  # each set's Call: the values written, and the answer where drawn ahead
     for i, args in enumerate(sent):
-        if i < len(ahead):  # its values have the staged set's scalars already
-            c = ahead[i][1]
-            refill(args, c.args)
-        else:
-            c = make_call(exercise, ref, mode, refill(args, make_inputs(exercise, ref, case,
-                                                                     fresh_seed())),
-                      answer=False)
+        c = ahead[i][1] if i < len(ahead) else \
+            fresh_call(exercise, ref, mode, case, scalars_of(args), answer=False)
+        refill(args, c.args)
         if sent_dys is not None:
             refill(sent_dys[i], c.dy)
         written.append(c)
@@ -271,9 +266,8 @@ def _each_call_its_own(session, exercise, ref, case, mode, fixed, limit,
     own hand back the previous values' answers."""
     k = len(fixed)
     for i in random.Random(fresh_seed()).sample(range(k), k):
-        c = ahead[i] if i < len(ahead) else make_call(
-            exercise, ref, mode, with_fixed(fixed[i], make_inputs(exercise, ref, case,
-                                                                   fresh_seed())), answer=False)
+        c = ahead[i] if i < len(ahead) else \
+            fresh_call(exercise, ref, mode, case, fixed[i], answer=False)
         reply = _ok(session.request("prove", index=i, args=_share(c.args),
                                     dy=_share(c.dy) if c.dy is not None else None,
                                     timeout_s=limit))
