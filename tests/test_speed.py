@@ -269,7 +269,7 @@ def test_a_timing_judge_prepares_a_first_backwards_imports():
 
 
 def test_shares_draw_disjoint_classes_that_cover_the_track(monkeypatch):
-    """13's backward examples, split by class among its four judges: each class (dtype, D,
+    """13's backward examples, split by class among judges (here four): each class (dtype, D,
     causal) in exactly one share, three each; one judge draws them all. A @given check under a
     share's settings draws only its own classes."""
     classes = [(d, D, c) for d in ("f32", "f16", "bf16") for D in (64, 128) for c in (0, 1)]
