@@ -26,16 +26,10 @@ declare -A SECONDS_OF
 # ROWS="grade again ...": only those rows (keys: grade again ex13 ex13again ex13full ex13quick
 # watch13 watch02 on a GPU; ex13 ex13quick ex08 ex08quick clone on the CPU); default all
 want() { [ -z "${ROWS:-}" ] || [[ " $ROWS " == *" $1 "* ]]; }
-fresh_start() {  # no kept processes, no .cache. A keeper stops when asked, not at once, and its
-  # processes still write to .cache as they end: an rm meanwhile left a .cache behind ("Directory
-  # not empty") and a row that was not fresh. So: wait for the keepers' sockets to go, then rm.
+fresh_start() {  # no kept processes (--stop waits until they have ended), then no .cache
   $PY -m grader.run.keeper --stop > /dev/null 2>&1
-  local i
-  for i in $(seq 60); do
-    grep -q "@grader-keeper-$(id -u)-" /proc/net/unix 2>/dev/null || break; sleep 0.5
-  done
-  for i in 1 2 3 4 5; do rm -rf .cache 2> /dev/null; [ -e .cache ] || return 0; sleep 1; done
-  echo "grading_time.sh: .cache could not be removed: the row is not fresh" >&2
+  rm -rf .cache
+  [ ! -e .cache ] || echo "grading_time.sh: .cache could not be removed: the row is not fresh" >&2
 }
 row() {  # row KEY LABEL TARGET [fresh] -- COMMAND...: one timed run, one table row
   local key=$1 label=$2 target=$3 fresh=$4; shift 5

@@ -119,9 +119,15 @@ def kept_forker(settings, gpu: bool, say) -> Forker | None:
     return None
 
 
-def stop_keepers() -> int:
-    """Ask every keeper of this user to stop (`make stop`); how many were asked."""
-    asked = 0
+STOP_WAIT_S = 30.0  # how long `--stop` waits for the keepers it asked to end
+
+
+def stop_keepers(wait_s: float = 0.0) -> int:
+    """Ask every keeper of this user to stop (`make stop`); how many were asked. `wait_s`: wait
+    (at most that long) until each has exited. A keeper closes its socket first and then stops
+    its zygotes, which still write to .cache as they end: `make clean`'s rm, or a benchmark's
+    fresh row, right after the ask met a .cache being written ("Directory not empty")."""
+    asked, pids = 0, []
     prefix = f"grader-keeper-{os.getuid()}-"
     try:
         lines = Path("/proc/net/unix").read_text().splitlines()[1:]
@@ -130,17 +136,31 @@ def stop_keepers() -> int:
     for name in {f.split()[-1][1:] for f in lines if f.split()[-1].startswith("@" + prefix)}:
         conn = _connect(name)
         if conn is not None:
+            pids.append(_peer(conn)[0])
             send(conn, {"op": "stop"})
             conn.close()
             asked += 1
+    deadline = time.monotonic() + wait_s
+    while (pids := [p for p in pids if _running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
     return asked
+
+
+def _running(pid: int) -> bool:
+    """Not exited (a zombie, not yet reaped by a parent that is this process, has exited)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 # --- the keeper process ------------------------------------------------------------------------
 
-def _peer_uid(conn: socket.socket) -> int:
+def _peer(conn: socket.socket) -> tuple[int, int]:
+    """The (pid, uid) of the process at the other end (SO_PEERCRED)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    pid, uid, _ = struct.unpack("3i", creds)
+    return pid, uid
 
 
 def serve(listener: socket.socket, judge: socket.socket, others: list, idle: float) -> str:
@@ -157,7 +177,7 @@ def serve(listener: socket.socket, judge: socket.socket, others: list, idle: flo
         for r in ready:
             if r is listener:
                 conn, _ = listener.accept()
-                if _peer_uid(conn) != os.getuid():
+                if _peer(conn)[1] != os.getuid():
                     conn.close()  # another user's process: never served
                 else:
                     conns.append(conn)
@@ -186,13 +206,14 @@ def serve(listener: socket.socket, judge: socket.socket, others: list, idle: flo
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader.run.keeper")
-    p.add_argument("--stop", action="store_true", help="ask this user's keepers to stop")
+    p.add_argument("--stop", action="store_true",
+                   help="ask this user's keepers to stop, and wait until they have")
     p.add_argument("--name")
     p.add_argument("--idle", type=float, default=900)
     p.add_argument("--gpu", action="store_true")
     args = p.parse_args(argv)
     if args.stop:
-        print(f"keeper: {stop_keepers()} kept set(s) of processes asked to stop")
+        print(f"keeper: {stop_keepers(STOP_WAIT_S)} kept set(s) of processes stopped")
         return 0
     if not args.name:
         p.error("--name is required (a grade starts the keeper: kept_forker)")
