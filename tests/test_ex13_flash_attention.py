@@ -31,7 +31,7 @@ REFERENCE = ROOT / "exercises" / "13_flash_attention" / "reference.py"
 SM90 = GPUTarget("cuda", 90, 32)
 SM90_SHARED = 232448  # bytes of shared memory one block may use on sm_90 (227 KB)
 POINTER = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32",
-           torch.float64: "*fp64"}
+           torch.float64: "*fp64", torch.int32: "*i32"}
 
 
 def _load(path, name):
@@ -140,6 +140,8 @@ def _compile(kernel, args, kwargs, float_type):
     for i, (name, arg) in enumerate(zip(kernel.arg_names, args)):
         if type(arg).__name__ == "TensorDescriptor":  # a host descriptor: its block and layout
             signature[name] = mangle_type(arg)
+        elif arg is None:  # an argument the launch leaves out: a constexpr None, as JIT makes it
+            signature[name], constexprs[name] = "constexpr", None
         elif isinstance(arg, torch.Tensor):
             signature[name] = POINTER[arg.dtype]
             attrs[(i,)] = [["tt.divisibility", 16]]
@@ -221,24 +223,31 @@ def test_gluon_forward_compiles_for_sm90a_as_launched(fa, monkeypatch):
                          ids=str)
 def test_gluon_backward_compiles_for_sm90a_as_launched(fa, monkeypatch, D, causal):
     """The Hopper backward in Gluon, launched by the eager door at a shape it serves (after the
-    Triton delta kernel: dK/dV, then dQ, each over the whole grid), compiled for sm_90a with its
-    launch's arguments, at each head dim's plan, causal or not: it must compile and fit sm_90's
-    shared memory."""
+    Triton delta kernel: at D 128 dK/dV, then dQ, each over the whole grid; at D 64 the one-pass
+    dK/dV/dQ kernel, then dq's scale and cast), compiled for sm_90a with its launch's arguments,
+    at each head dim's plan, causal or not: it must compile and fit sm_90's shared memory."""
     _gluon(fa)
     monkeypatch.setattr(fa, "_config", lambda q, *_: fa.CONFIGS[D])
     monkeypatch.setattr(fa, "_sm90a", lambda t: True)
     rec = _Recorder()
-    for name in ("_bwd_delta_kernel", "_dkdv_gluon_kernel", "_dq_gluon_kernel"):
+    last = "_dq_finish_kernel" if fa.GLUON_BWD[D]["ONE_PASS"] else "_dq_gluon_kernel"
+    for name in ("_bwd_delta_kernel", "_dkdv_gluon_kernel", last):
         monkeypatch.setattr(fa, name, rec(getattr(fa, name)))
     q, k, v, o, do = (torch.randn(2, 3, 256, D).to(torch.bfloat16) for _ in range(5))
     lse = torch.randn(2, 3, 256)
     grads = fa._bwd_impl(do, q, k, v, o, lse, causal, 1 / math.sqrt(D), fa._direct)
     assert all((g.shape, g.dtype) == (q.shape, q.dtype) for g in grads)
     assert [kernel.__name__ for kernel, *_ in rec.launches] == [
-        "_bwd_delta_kernel", "_dkdv_gluon_kernel", "_dq_gluon_kernel"]
+        "_bwd_delta_kernel", "_dkdv_gluon_kernel", last]
+    assert (D == 64) == fa.GLUON_BWD[D]["ONE_PASS"], "the one-pass is D 64's plan"
     for kernel, grid, args, kwargs in rec.launches[1:]:
-        assert grid == (2 * 3 * 256 // 128,), kernel.__name__
-        assert kwargs["CAUSAL"] == causal and kwargs["HEAD_D"] == D, kwargs
+        if kernel.__name__ == "_dq_finish_kernel":   # elementwise, over the B*H*S*D elements
+            assert grid == (math.ceil(2 * 3 * 256 * D / 4096),), grid
+        else:
+            assert grid == (2 * 3 * 256 // 128,), kernel.__name__
+            assert kwargs["CAUSAL"] == causal and kwargs["HEAD_D"] == D, kwargs
+            if kernel.__name__ == "_dkdv_gluon_kernel":
+                assert kwargs["DQ"] == fa.GLUON_BWD[D]["ONE_PASS"], kwargs
         try:
             compiled = _compile(kernel, args, kwargs, "fp32")
         except Exception as e:  # the compiler's message says which line and why

@@ -45,6 +45,8 @@ try:  # Gluon, for the Hopper D 128 kernels (their sections below); without it: 
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.experimental.gluon.language._core import builtin
+    from triton._C.libtriton import ir
     # written for Triton 3.6's Gluon (the GPU machines'); 3.8 compiles it too, 3.5 is another API
     GLUON = tuple(int(x) for x in triton.__version__.split(".")[:2]) >= (3, 6)
 except ImportError:
@@ -706,13 +708,37 @@ def _fwd_gluon(q, k, v, o, lse, scale):
 # causal), 3.50 ms against 3.82; the same bits. It serves what _gluon_ok allows, dO and lse2 too.
 # Against cuDNN's five products: kernel by kernel the leaderboard step is within 1% of it, but
 # back to back both run at the H200's 700 W cap, where these seven run at the lower clock
-# (1.77-1.80 against 1.85-1.88 GHz, the same section): what is left there looks like work, not
-# scheduling. At D 128 the clocks are level and these kernels need more cycles.
+# (1.77-1.80 against 1.85-1.88 GHz, the same section): what is left there is work, not
+# scheduling. D 64 now does five (the one-pass, below); at D 128 the clocks are level and these
+# kernels need more cycles.
 
-# per head dim: the ring depths, whether K, V (dK/dV) and dO (dQ) are register operands, and
-# whether dQ takes key blocks in pairs (the D 128 plan's switches were timed: 4d26c45)
-GLUON_BWD = {64: dict(DKDV_STAGES=4, KREG=True, DQ_STAGES=4, DOREG=True, PAIRS=False),
-             128: dict(DKDV_STAGES=3, KREG=False, DQ_STAGES=4, DOREG=False, PAIRS=True)}
+# per head dim: the ring depths, whether K, V (dK/dV) and dO (dQ) are register operands,
+# whether dQ takes key blocks in pairs (the D 128 plan's switches were timed: 4d26c45), and
+# ONE_PASS: dQ from the dK/dV kernel (below; D 64 only: at D 128 its registers are not there).
+# D 64's two-kernel plan stays as the switch's other side (3.50 ms above; the one-pass: below)
+GLUON_BWD = {64: dict(DKDV_STAGES=4, KREG=True, DQ_STAGES=4, DOREG=True, PAIRS=False,
+                      ONE_PASS=True),
+             128: dict(DKDV_STAGES=3, KREG=False, DQ_STAGES=4, DOREG=False, PAIRS=True,
+                       ONE_PASS=False)}
+DQ_SLOTS = 4   # the one-pass's fp32 dQ partials in flight to the writer warp (16 KB each)
+
+# --- D 64: the backward in one pass, deterministic ----------------------------------------------
+# Why: the two kernels above compute P and dP twice, seven products per block pair; cuDNN does
+# five (its dQ by atomics, not deterministic: "flash-attention-gluon-solution"). Here the dK/dV
+# program also forms dQ_i's partial for its 128 keys, dS_i K (FlashAttention-3's plan): five
+# products, 2/7 less tensor work. Per query block the two warpgroups' dSᵀ tiles meet in shared
+# memory and one of them (alternating) sums both halves in two chained wgmmas into one fp32
+# [64, 64] tile: one 16 KB tile per (query block, program) goes to L2, 4.3 GB at the
+# leaderboard case (~1 ms of the L2's bandwidth, spread under 3 ms of tensor work). A writer warp
+# adds it into an fp32 dq buffer with TMA's reduce-add, and a small kernel scales and casts it.
+# Determinism: float adds in arrival order would change dq's last bits each run. So the adds go
+# in key-block order, every run: the writer of key block kb waits (a semaphore per query block)
+# until the kb blocks before it have added theirs. The programs start longest first (kb 0 of
+# every head, then kb 1, ...), so a program only waits on programs already running: no deadlock.
+# The writer waits for one reduce to complete only after issuing the next, so one reduce's trip
+# to L2 overlaps the next one's wait: waiting for each in turn was slower than a block's compute
+# (~1.5 us) and cost 11% of the backward. Measured (docs/performance.md, "flash-attention-gluon-
+# one-pass"): the leaderboard step 4.49 ms against 4.79 for the two kernels, and cuDNN's 4.57.
 
 if GLUON:
     @gluon.jit
@@ -744,20 +770,102 @@ if GLUON:
             tma.async_copy_global_to_shared(lse_desc, [row], ready.index(s), lse_smem.index(s))
             tma.async_copy_global_to_shared(dl_desc, [row], ready.index(s), dl_smem.index(s))
 
+    @builtin
+    def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+        """tma.async_copy_shared_to_global, adding into global memory instead of writing (PTX
+        cp.reduce.async.bulk.tensor .add): the builder has it, Gluon 3.6 exports no wrapper."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD,
+                                                  tensor_desc.handle, coord, src.handle)
+
     @gluon.jit
-    def _dkdv_gluon_step(i, ka, va, dk, dv, q_smem, do_smem, lse_smem, dl_smem, ready, empty,
-                         qk_scale, MASK: gl.constexpr, BLK: gl.constexpr, HEAD_D: gl.constexpr,
-                         STAGES: gl.constexpr):
+    def _dq_acquire(ptr, target):
+        """Spin until *ptr >= target (every lane of the writer warp on the one word), then order
+        the next TMA reduce (the async proxy) after the acquire."""
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        return gl.inline_asm_elementwise(
+            """{
+            .reg .pred p;
+            SPIN:
+            ld.acquire.gpu.global.u32 $0, [$1];
+            setp.lt.s32 p, $0, $2;
+            @p bra SPIN;
+            fence.proxy.async.global;
+            }""", "=r,l,r", [ptr + gl.zeros([32], gl.int32, layout=lay),
+                             target + gl.zeros([32], gl.int32, layout=lay)],
+            dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _dq_release(ptr, LAST: gl.constexpr):
+        """*ptr += 1 once the reduce before the latest (LAST: the latest) has completed: its adds
+        done in L2, not only its shared memory read; ordered after them (the async proxy's
+        writes, then a release). One lane adds, after the warp's barrier: elect.sync's lane
+        issued the copy."""
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        ptrs = ptr + gl.zeros([32], gl.int32, layout=lay)
+        if LAST:
+            v = gl.inline_asm_elementwise(
+                """{
+                .reg .pred p;
+                .reg .u32 lane;
+                cp.async.bulk.wait_group 0;
+                fence.proxy.async.global;
+                bar.warp.sync -1;
+                mov.u32 lane, %laneid;
+                setp.eq.u32 p, lane, 0;
+                @p red.release.gpu.global.add.s32 [$1], 1;
+                mov.u32 $0, 0;
+                }""", "=r,l", [ptrs], dtype=gl.int32, is_pure=False, pack=1)
+        else:
+            v = gl.inline_asm_elementwise(
+                """{
+                .reg .pred p;
+                .reg .u32 lane;
+                cp.async.bulk.wait_group 1;
+                fence.proxy.async.global;
+                bar.warp.sync -1;
+                mov.u32 lane, %laneid;
+                setp.eq.u32 p, lane, 0;
+                @p red.release.gpu.global.add.s32 [$1], 1;
+                mov.u32 $0, 0;
+                }""", "=r,l", [ptrs], dtype=gl.int32, is_pure=False, pack=1)
+        return v
+
+    @gluon.jit
+    def _dq_gluon_writer(dqa_desc, dq_smem, dq_full, dq_empty, SEM, sem_row, dq_row0, n_it,
+                         kb, BLK: gl.constexpr, SLOTS: gl.constexpr):
+        """The one-pass's writer warp: query block t's dQ partial (slot t % SLOTS) added into
+        the fp32 dq rows once key blocks 0 .. kb-1 have added theirs; block t-1's completion
+        awaited (its semaphore released, its slot freed) after block t's reduce is issued."""
+        for t in range(n_it):
+            w = t % SLOTS
+            mbarrier.wait(dq_full.index(w), (t // SLOTS) & 1)
+            _dq_acquire(SEM + sem_row + t, kb)
+            _tma_reduce_add(dqa_desc, [dq_row0 + t * BLK, 0], dq_smem.index(w))
+            if t > 0:
+                _dq_release(SEM + sem_row + t - 1, False)
+                mbarrier.arrive(dq_empty.index((t - 1) % SLOTS), count=1)
+        _dq_release(SEM + sem_row + n_it - 1, True)
+
+    @gluon.jit
+    def _dkdv_gluon_step(i, ka, va, dk, dv, q_smem, do_smem, k_smem, lse_smem, dl_smem, ready,
+                         empty, ds_smem, dq_smem, ds_ready, ds_free, dq_full, dq_empty, qk_scale,
+                         MASK: gl.constexpr, BLK: gl.constexpr, HEAD_D: gl.constexpr,
+                         STAGES: gl.constexpr, WG: gl.constexpr, DQ: gl.constexpr,
+                         OWNER: gl.constexpr, ALONE: gl.constexpr, SLOTS: gl.constexpr):
         """Query block i of the ring into this warpgroup's dK, dV; every wgmma retired inside.
         ka, va: K and V, registers or shared memory. MASK: the diagonal tile (keys and queries
-        start at the same row): keep query c >= key r."""
+        start at the same row): keep query c >= key r. DQ (the one-pass): dSᵀ also into
+        ds_smem; OWNER (i % 2 == WG) then forms block i's dQ partial over both warpgroups' keys
+        (ALONE: the causal first block, which WG 1's keys do not see: WG 0's half only) and
+        hands it to the writer warp in dq_smem[i % SLOTS]."""
         # wgmma's accumulator layout for [64, 64] (Sᵀ, dPᵀ: keys x queries); Pᵀ, dSᵀ re-read as
         # the register A operand of the [64, D] products: the same thread-to-element map
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLK, 16])
-        a_layout: gl.constexpr = gl.DotOperandLayout(
-            operand_index=0, parent=gl.NVMMADistributedLayout(
-                version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16]), k_width=2)
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16])
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
         s = i % STAGES
         q = q_smem.index(s)
@@ -779,19 +887,62 @@ if GLUON:
         dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt_tok,))  # dPᵀ done; dV may run
         delta = dl_smem.index(s).load(col_layout)
         dst = pt * (dpt - delta[None, :])                           # under dV (the fp32 P)
-        ds_op = gl.convert_layout(dst.to(gl.bfloat16), a_layout)
+        ds16 = dst.to(gl.bfloat16)
+        ds_op = gl.convert_layout(ds16, a_layout)
         dk_tok = warpgroup_mma(ds_op, q, dk, is_async=True)
-        dv, dk, pt_op, ds_op = warpgroup_mma_wait(num_outstanding=0,
-                                                  deps=(dv_tok, dk_tok, pt_op, ds_op))
-        mbarrier.arrive(empty.index(s), count=1)
+        if DQ:
+            # dSᵀ (keys x queries) into buffer i % 2, under dV and dK: free once the owner's dQ
+            # of two blocks ago retired (a fresh barrier passes the first wait)
+            b = i % 2
+            mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)
+            mine = ds_smem.index(2 * b + WG)
+            mine.store(ds16)
+            fence_async_shared()
+            if OWNER:
+                # dQ_i [64 queries, D] = dS [queries, WG 0's keys] K_0 + dS [.., WG 1's] K_1:
+                # the dSᵀ tiles read transposed, K's halves from shared memory
+                zero = gl.zeros([BLK, HEAD_D], gl.float32, layout=o_layout)
+                if ALONE:
+                    dq_tok = warpgroup_mma(mine.permute((1, 0)), k_smem.index(WG), zero,
+                                           use_acc=False, is_async=True)
+                else:
+                    mbarrier.wait(ds_ready.index(b), (i // 2) & 1)   # the other half is in
+                    dq_tok = warpgroup_mma(ds_smem.index(2 * b).permute((1, 0)),
+                                           k_smem.index(0), zero, use_acc=False, is_async=True)
+                    dq_tok = warpgroup_mma(ds_smem.index(2 * b + 1).permute((1, 0)),
+                                           k_smem.index(1), dq_tok, is_async=True)
+                # wgmma groups retire in order: dV, dK first (the stage is free), then dQ
+                dv, dk, pt_op, ds_op = warpgroup_mma_wait(
+                    num_outstanding=1 if ALONE else 2, deps=(dv_tok, dk_tok, pt_op, ds_op))
+                mbarrier.arrive(empty.index(s), count=1)
+                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
+                mbarrier.arrive(ds_free.index(b), count=1)
+                w = i % SLOTS   # free once the writer's reduce of SLOTS blocks ago completed
+                mbarrier.wait(dq_empty.index(w), ((i // SLOTS) & 1) ^ 1)
+                dq_smem.index(w).store(dq)
+                fence_async_shared()
+                mbarrier.arrive(dq_full.index(w), count=1)
+            else:
+                mbarrier.arrive(ds_ready.index(b), count=1)
+                dv, dk, pt_op, ds_op = warpgroup_mma_wait(num_outstanding=0,
+                                                          deps=(dv_tok, dk_tok, pt_op, ds_op))
+                mbarrier.arrive(empty.index(s), count=1)
+        else:
+            dv, dk, pt_op, ds_op = warpgroup_mma_wait(num_outstanding=0,
+                                                      deps=(dv_tok, dk_tok, pt_op, ds_op))
+            mbarrier.arrive(empty.index(s), count=1)
         return dk, dv
 
     @gluon.jit
     def _dkdv_gluon_keys(dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem,
-                         kv_bar, ready, empty, kv_row, n_it, qk_scale, scale,
+                         kv_bar, ready, empty, ds_smem, dq_smem, ds_ready, ds_free, dq_full,
+                         dq_empty, kv_row, n_it, qk_scale, scale,
                          WG: gl.constexpr, BLK: gl.constexpr, HEAD_D: gl.constexpr,
-                         STAGES: gl.constexpr, CAUSAL: gl.constexpr, KREG: gl.constexpr):
-        """A consumer warpgroup: keys WG·64 ... WG·64 + 63 of the program's 128."""
+                         STAGES: gl.constexpr, CAUSAL: gl.constexpr, KREG: gl.constexpr,
+                         DQ: gl.constexpr, SLOTS: gl.constexpr):
+        """A consumer warpgroup: keys WG·64 ... WG·64 + 63 of the program's 128. DQ: the ring
+        walked in pairs, block 2p's dQ owned by WG 0, 2p + 1's by WG 1 (n_it is even: S and
+        the first query are multiples of 128)."""
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_D, 16])
         k_buf = k_smem.index(WG)
@@ -812,16 +963,41 @@ if GLUON:
         if CAUSAL:
             # the ring starts at the program's first key's query block: WG0's diagonal; WG1's
             # keys come after all of its queries: skipped, but its stage released (once loaded,
-            # so the arrival counts for this occupant)
+            # so the arrival counts for this occupant), and (DQ) its dS half marked in, with
+            # nothing in it (the owner's block 0 is ALONE), to keep that barrier's phases
             if WG == 1:
                 mbarrier.wait(ready.index(0), 0)
                 mbarrier.arrive(empty.index(0), count=1)
-            dk, dv = _dkdv_gluon_step(WG, ka, va, dk, dv, q_smem, do_smem, lse_smem, dl_smem,
-                                      ready, empty, qk_scale, True, BLK, HEAD_D, STAGES)
+                if DQ:
+                    mbarrier.arrive(ds_ready.index(0), count=1)
+            dk, dv = _dkdv_gluon_step(WG, ka, va, dk, dv, q_smem, do_smem, k_smem, lse_smem,
+                                      dl_smem, ready, empty, ds_smem, dq_smem, ds_ready, ds_free,
+                                      dq_full, dq_empty, qk_scale, True, BLK, HEAD_D, STAGES,
+                                      WG, DQ, True, WG == 0, SLOTS)
             i0 = WG + 1
-        for i in range(i0, n_it):
-            dk, dv = _dkdv_gluon_step(i, ka, va, dk, dv, q_smem, do_smem, lse_smem, dl_smem,
-                                      ready, empty, qk_scale, False, BLK, HEAD_D, STAGES)
+            if DQ and WG == 0:
+                dk, dv = _dkdv_gluon_step(1, ka, va, dk, dv, q_smem, do_smem, k_smem, lse_smem,
+                                          dl_smem, ready, empty, ds_smem, dq_smem, ds_ready,
+                                          ds_free, dq_full, dq_empty, qk_scale, False, BLK,
+                                          HEAD_D, STAGES, WG, DQ, False, False, SLOTS)
+                i0 = 2
+        if DQ:
+            for p in range(i0 // 2, n_it // 2):
+                for j in gl.static_range(2):
+                    dk, dv = _dkdv_gluon_step(2 * p + j, ka, va, dk, dv, q_smem, do_smem, k_smem,
+                                              lse_smem, dl_smem, ready, empty, ds_smem, dq_smem,
+                                              ds_ready, ds_free, dq_full, dq_empty, qk_scale,
+                                              False, BLK, HEAD_D, STAGES, WG, DQ, j == WG, False,
+                                              SLOTS)
+            # the owners' dQ wgmmas read K's halves until both buffers' last use retired
+            mbarrier.wait(ds_free.index(0), (n_it // 2 - 1) & 1)
+            mbarrier.wait(ds_free.index(1), (n_it // 2 - 1) & 1)
+        else:
+            for i in range(i0, n_it):
+                dk, dv = _dkdv_gluon_step(i, ka, va, dk, dv, q_smem, do_smem, k_smem, lse_smem,
+                                          dl_smem, ready, empty, ds_smem, dq_smem, ds_ready,
+                                          ds_free, dq_full, dq_empty, qk_scale, False, BLK,
+                                          HEAD_D, STAGES, WG, DQ, False, False, SLOTS)
         # the epilogue through this warpgroup's own K, V halves: every wgmma reading them retired
         k_buf.store((dk * scale).to(dk_desc.dtype))
         v_buf.store(dv.to(dv_desc.dtype))
@@ -832,21 +1008,25 @@ if GLUON:
 
     @gluon.jit
     def _dkdv_gluon_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, lse_desc, dl_desc,
-                           S, BH, scale_hi, scale_lo, qk_scale_hi, qk_scale_lo,
+                           dqa_desc, SEM, S, BH, scale_hi, scale_lo, qk_scale_hi, qk_scale_lo,
                            HEAD_D: gl.constexpr, BLK: gl.constexpr, STAGES: gl.constexpr,
-                           CAUSAL: gl.constexpr, KREG: gl.constexpr):
+                           CAUSAL: gl.constexpr, KREG: gl.constexpr, DQ: gl.constexpr,
+                           DS_LAYOUT: gl.constexpr, SLOTS: gl.constexpr):
         """One program per (batch*head, block of 2·BLK keys) over the [B*H*S, D] rows of q, k,
         v, do, dk, dv and the [B*H*S] rows of lse2 and delta. Shared memory: K, V 4 tiles, and a
-        stage (Q, dO, lse2, delta) 2 tiles + 512 B: at D 128 and 3 stages 162 KB."""
+        stage (Q, dO, lse2, delta) 2 tiles + 512 B: at D 128 and 3 stages 162 KB. DQ (the
+        one-pass, D 64): dQ partials added into dqa_desc's fp32 [B*H*S, D] rows in key-block
+        order (SEM: a counter per query block), + 2 x 2 dSᵀ tiles and SLOTS fp32 tiles: 199 KB."""
         n_kb = S // (2 * BLK)
         if CAUSAL:   # key block 0 sees every query: the longest first, heads fastest
             hz = gl.program_id(0) % BH
-            start_n = gl.program_id(0) // BH * (2 * BLK)
-            q_lo = start_n                 # queries before the program's first key: never
+            kb = gl.program_id(0) // BH
+            q_lo = kb * (2 * BLK)          # queries before the program's first key: never
         else:        # head-major: a wave's programs share their head's Q, dO in L2
             hz = gl.program_id(0) // n_kb
-            start_n = gl.program_id(0) % n_kb * (2 * BLK)
-            q_lo = start_n * 0
+            kb = gl.program_id(0) % n_kb
+            q_lo = kb * 0
+        start_n = kb * (2 * BLK)
         kv_row = hz * S + start_n
         n_it = (S - q_lo) // BLK
         q_row0 = hz * S + q_lo
@@ -866,19 +1046,56 @@ if GLUON:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)    # the producer's expect, then the bytes
             mbarrier.init(empty.index(i), count=2)    # both consumers read every stage
+        if DQ:
+            ds_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLK, BLK], DS_LAYOUT)
+            dq_smem = gl.allocate_shared_memory(gl.float32, [SLOTS, BLK, HEAD_D],
+                                                dqa_desc.layout)
+            ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            dq_full = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+            dq_empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+            for i in gl.static_range(2):
+                mbarrier.init(ds_ready.index(i), count=1)   # the non-owner's half is in
+                mbarrier.init(ds_free.index(i), count=1)    # the owner's dQ wgmmas retired
+            for i in gl.static_range(SLOTS):
+                mbarrier.init(dq_full.index(i), count=1)    # the owner's partial is in
+                mbarrier.init(dq_empty.index(i), count=1)   # the writer's reduce completed
+        else:   # stand-ins for the arguments DQ's code alone reads: never touched
+            ds_smem, dq_smem = k_smem, k_smem
+            ds_ready, ds_free, dq_full, dq_empty = ready, ready, ready, ready
         fence_async_shared()  # the barriers initialized before the copy engine sees them
 
-        gl.warp_specialize([
-            (_dkdv_gluon_keys, (dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
-                                dl_smem, kv_bar, ready, empty, kv_row, n_it, qk_scale, scale,
-                                0, BLK, HEAD_D, STAGES, CAUSAL, KREG)),
-            (_dkdv_gluon_keys, (dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
-                                dl_smem, kv_bar, ready, empty, kv_row, n_it, qk_scale, scale,
-                                1, BLK, HEAD_D, STAGES, CAUSAL, KREG)),
-            (_dkdv_gluon_load, (q_desc, do_desc, k_desc, v_desc, lse_desc, dl_desc,
-                                q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem,
-                                kv_bar, ready, empty, kv_row, q_row0, n_it, BLK, STAGES)),
-        ], [4, 1], [240, 24])
+        if DQ:
+            gl.warp_specialize([
+                (_dkdv_gluon_keys, (dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
+                                    dl_smem, kv_bar, ready, empty, ds_smem, dq_smem, ds_ready,
+                                    ds_free, dq_full, dq_empty, kv_row, n_it, qk_scale, scale, 0,
+                                    BLK, HEAD_D, STAGES, CAUSAL, KREG, DQ, SLOTS)),
+                (_dkdv_gluon_keys, (dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
+                                    dl_smem, kv_bar, ready, empty, ds_smem, dq_smem, ds_ready,
+                                    ds_free, dq_full, dq_empty, kv_row, n_it, qk_scale, scale, 1,
+                                    BLK, HEAD_D, STAGES, CAUSAL, KREG, DQ, SLOTS)),
+                (_dkdv_gluon_load, (q_desc, do_desc, k_desc, v_desc, lse_desc, dl_desc,
+                                    q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem,
+                                    kv_bar, ready, empty, kv_row, q_row0, n_it, BLK, STAGES)),
+                (_dq_gluon_writer, (dqa_desc, dq_smem, dq_full, dq_empty, SEM,
+                                    hz * (S // BLK) + q_lo // BLK, q_row0, n_it, kb, BLK,
+                                    SLOTS)),
+            ], [4, 1, 1], [240, 24, 24])
+        else:
+            gl.warp_specialize([
+                (_dkdv_gluon_keys, (dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
+                                    dl_smem, kv_bar, ready, empty, ds_smem, dq_smem, ds_ready,
+                                    ds_free, dq_full, dq_empty, kv_row, n_it, qk_scale, scale, 0,
+                                    BLK, HEAD_D, STAGES, CAUSAL, KREG, DQ, SLOTS)),
+                (_dkdv_gluon_keys, (dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, lse_smem,
+                                    dl_smem, kv_bar, ready, empty, ds_smem, dq_smem, ds_ready,
+                                    ds_free, dq_full, dq_empty, kv_row, n_it, qk_scale, scale, 1,
+                                    BLK, HEAD_D, STAGES, CAUSAL, KREG, DQ, SLOTS)),
+                (_dkdv_gluon_load, (q_desc, do_desc, k_desc, v_desc, lse_desc, dl_desc,
+                                    q_smem, do_smem, k_smem, v_smem, lse_smem, dl_smem,
+                                    kv_bar, ready, empty, kv_row, q_row0, n_it, BLK, STAGES)),
+            ], [4, 1], [240, 24])
 
     @gluon.jit
     def _dq_gluon_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem,
@@ -1064,6 +1281,14 @@ if GLUON:
         ], [4, 1], [240, 24])
 
 
+@triton.jit
+def _dq_finish_kernel(DQ32, DQ, n, scale_hi, scale_lo, BLOCK: tl.constexpr):
+    """The one-pass's dq: its fp32 sum times scale, cast (as _dq_gluon_kernel ends)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(DQ32 + offs, mask=offs < n)
+    tl.store(DQ + offs, (x * (scale_hi + scale_lo)).to(DQ.dtype.element_ty), mask=offs < n)
+
+
 def _bwd_gluon(q, k, v, do, lse, delta, dq, dk, dv, causal, scale):
     B, H, S, D = q.shape
     plan = GLUON_BWD[D]
@@ -1076,12 +1301,25 @@ def _bwd_gluon(q, k, v, do, lse, delta, dq, dk, dv, causal, scale):
          for name, t in dict(q=q, k=k, v=v, do=do, dq=dq, dk=dk, dv=dv).items()}
     grid = (B * H * (S // GLUON_BLOCK),)
     scales = (*_split(scale), *_split(scale * LOG2E))
+    one_pass = plan["ONE_PASS"]
+    if one_pass:   # dQ summed in fp32 (zeroed), a counter per query block of 64 (zeroed)
+        dq32 = torch.zeros(B * H * S, D, dtype=torch.float32, device=q.device)
+        f32_tile = gl.NVMMASharedLayout.get_default_for([blk, D], gl.float32)
+        dq_out = (TensorDescriptor.from_tensor(dq32, [blk, D], f32_tile),
+                  torch.zeros(B * H * (S // blk), dtype=torch.int32, device=q.device))
     _dkdv_gluon_kernel[grid](
         d["q"], d["do"], d["k"], d["v"], d["dk"], d["dv"],
         TensorDescriptor.from_tensor(lse.view(B * H * S), [blk], row),
         TensorDescriptor.from_tensor(delta.view(B * H * S), [blk], row),
+        *(dq_out if one_pass else (None, None)),
         S, B * H, *scales, HEAD_D=D, BLK=blk, STAGES=plan["DKDV_STAGES"], CAUSAL=bool(causal),
-        KREG=plan["KREG"], num_warps=4)
+        KREG=plan["KREG"], DQ=one_pass, SLOTS=DQ_SLOTS, num_warps=4,
+        DS_LAYOUT=gl.NVMMASharedLayout.get_default_for([blk, blk], gl.bfloat16) if one_pass
+        else None)
+    if one_pass:
+        _dq_finish_kernel[(triton.cdiv(dq.numel(), 4096),)](dq32, dq, dq.numel(), *_split(scale),
+                                                           BLOCK=4096, num_warps=4)
+        return
     _dq_gluon_kernel[grid](d["q"], d["do"], d["k"], d["v"], d["dq"], lse, delta, S, B * H,
                            *scales, HEAD_D=D, BLK=blk, STAGES=plan["DQ_STAGES"],
                            CAUSAL=bool(causal), DOREG=plan["DOREG"], PAIRS=plan["PAIRS"],
