@@ -795,41 +795,31 @@ if GLUON:
                              target + gl.zeros([32], gl.int32, layout=lay)],
             dtype=gl.int32, is_pure=False, pack=1)
 
+    def _release_asm(pending: int) -> str:
+        """*ptr += 1 once at most `pending` of the warp's reduces are still in flight (the
+        older ones completed: their adds done in L2, not only their shared memory read),
+        ordered after them (the async proxy's writes, then a release). One lane adds, after the
+        warp's barrier: elect.sync's lane issued the copies."""
+        return f"""{{
+            .reg .pred p;
+            .reg .u32 lane;
+            cp.async.bulk.wait_group {pending};
+            fence.proxy.async.global;
+            bar.warp.sync -1;
+            mov.u32 lane, %laneid;
+            setp.eq.u32 p, lane, 0;
+            @p red.release.gpu.global.add.s32 [$1], 1;
+            mov.u32 $0, 0;
+            }}"""
+
+    AFTER_NEXT = gl.constexpr(_release_asm(1))   # the one before the latest reduce
+    AFTER_LAST = gl.constexpr(_release_asm(0))   # the latest
+
     @gluon.jit
-    def _dq_release(ptr, LAST: gl.constexpr):
-        """*ptr += 1 once the reduce before the latest (LAST: the latest) has completed: its adds
-        done in L2, not only its shared memory read; ordered after them (the async proxy's
-        writes, then a release). One lane adds, after the warp's barrier: elect.sync's lane
-        issued the copy."""
+    def _dq_release(ptr, ASM: gl.constexpr):
         lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-        ptrs = ptr + gl.zeros([32], gl.int32, layout=lay)
-        if LAST:
-            v = gl.inline_asm_elementwise(
-                """{
-                .reg .pred p;
-                .reg .u32 lane;
-                cp.async.bulk.wait_group 0;
-                fence.proxy.async.global;
-                bar.warp.sync -1;
-                mov.u32 lane, %laneid;
-                setp.eq.u32 p, lane, 0;
-                @p red.release.gpu.global.add.s32 [$1], 1;
-                mov.u32 $0, 0;
-                }""", "=r,l", [ptrs], dtype=gl.int32, is_pure=False, pack=1)
-        else:
-            v = gl.inline_asm_elementwise(
-                """{
-                .reg .pred p;
-                .reg .u32 lane;
-                cp.async.bulk.wait_group 1;
-                fence.proxy.async.global;
-                bar.warp.sync -1;
-                mov.u32 lane, %laneid;
-                setp.eq.u32 p, lane, 0;
-                @p red.release.gpu.global.add.s32 [$1], 1;
-                mov.u32 $0, 0;
-                }""", "=r,l", [ptrs], dtype=gl.int32, is_pure=False, pack=1)
-        return v
+        return gl.inline_asm_elementwise(ASM, "=r,l", [ptr + gl.zeros([32], gl.int32, layout=lay)],
+                                         dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _dq_gluon_writer(dqa_desc, dq_smem, dq_full, dq_empty, SEM, sem_row, dq_row0, n_it,
@@ -843,9 +833,9 @@ if GLUON:
             _dq_acquire(SEM + sem_row + t, kb)
             _tma_reduce_add(dqa_desc, [dq_row0 + t * BLK, 0], dq_smem.index(w))
             if t > 0:
-                _dq_release(SEM + sem_row + t - 1, False)
+                _dq_release(SEM + sem_row + t - 1, AFTER_NEXT)
                 mbarrier.arrive(dq_empty.index((t - 1) % SLOTS), count=1)
-        _dq_release(SEM + sem_row + n_it - 1, True)
+        _dq_release(SEM + sem_row + n_it - 1, AFTER_LAST)
 
     @gluon.jit
     def _dkdv_gluon_step(i, ka, va, dk, dv, q_smem, do_smem, k_smem, lse_smem, dl_smem, ready,
