@@ -22,9 +22,10 @@ At scale on Hopper (the "Hopper path" section, switched on per kernel by CONFIGS
 kernels run in another program order and stream their tiles through TMA descriptors: at B·H =
 128 heads the first order re-reads K and V from memory for every program (the forward's DRAM
 throughput 78% of peak under ncu), the second reads them about once (6%). At the leaderboard case
-(16 heads, whose K and V fit the L2) neither helped, and the first kernels stay. The D 128
-forward and backward go further on Hopper in Gluon, warp-specialized (their own sections: why,
-and where).
+(16 heads, whose K and V fit the L2) neither helped, and the first kernels stay. On Hopper the
+D 128 forward and the backward go further in Gluon, warp-specialized; at D 64 the backward is
+one pass of 5 matmuls per block pair whose dQ adds go in a fixed order, so the bits still do
+not change from run to run (their own sections: why, and where).
 
 Two doors to the same kernels, as in exercise 06: under torch.compile the registered triton_ops
 (no graph break: Inductor sees the launches through wrap_triton); in eager mode a plain
@@ -39,7 +40,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-try:  # Gluon, for the Hopper D 128 kernels (their sections below); without it: Triton kernels only
+try:  # Gluon, for the Hopper kernels (their sections below); without it: Triton kernels only
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
