@@ -45,6 +45,48 @@ def test_replays_are_held_closer_than_eager_calls():
     assert escaped(1.0, 1.25, "graph") and not escaped(1.0, 1.25, "events")
 
 
+class _FakeCuda:
+    """torch.cuda as host_ms sees it: the sleeps asked for, and an event that says the GPU
+    woke before the calls were enqueued `woke` times, then that it slept through them."""
+
+    def __init__(self, woke: int):
+        self.sleeps, self.woke = [], woke
+        fake = self
+
+        class Event:
+            def record(self):
+                pass
+
+            def query(self):
+                fake.woke -= 1
+                return fake.woke >= 0
+        self.Event = Event
+
+    def _sleep(self, cycles):
+        self.sleeps.append(cycles)
+
+    def synchronize(self):
+        pass
+
+
+@pytest.mark.parametrize("woke", [0, 1, 3])
+def test_host_time_sleeps_only_as_long_as_its_enqueues_and_again_if_the_gpu_woke(monkeypatch,
+                                                                                woke):
+    from grader.common import timing
+    fake = _FakeCuda(woke)
+    monkeypatch.setattr(timing.torch, "cuda", fake)
+    calls = []
+    ms = timing.host_ms(lambda: calls.append(1))
+    assert ms >= 0
+    seconds = [c / timing.SLEEP_CLOCK_HZ for c in fake.sleeps]
+    # a call of microseconds: 20 of them behind ~5 ms of sleep, not a fixed 0.1 s
+    assert seconds[0] < 0.01
+    # the GPU woke before the last enqueue: taken again behind 4x the sleep, 3 tries at most
+    assert len(seconds) == min(woke, 2) + 1
+    assert all(b == pytest.approx(4 * a) for a, b in zip(seconds, seconds[1:]))
+    assert len(calls) == 1 + 20 * len(seconds)
+
+
 def test_ceiling_cache_is_per_device_and_torch(tmp_path):
     a = ceiling_cache_path(tmp_path, "NVIDIA H200", "2.11.0+cu130")
     b = ceiling_cache_path(tmp_path, "NVIDIA H100 80GB HBM3", "2.11.0+cu130")

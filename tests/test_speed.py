@@ -92,8 +92,9 @@ def test_a_cpu_grade_of_one_track_uses_the_idle_cores(monkeypatch):
 def test_a_gpu_grade_of_one_track_takes_a_judge_per_core(monkeypatch):
     """On a GPU host a track that declares `shards` runs in that many judges in a grade of
     several tracks; graded alone (`make exercise-13`, `make watch-13`, the watch loop's
-    failures-first order included), in up to `shards_alone`, one per core; QUICK, REPRO and a
-    sanitizer as before."""
+    failures-first order included), in up to `shards_alone`, one per core; QUICK in at most
+    QUICK_SHARDS (its few examples do not pay for more judges' start); REPRO and a sanitizer
+    as before."""
     monkeypatch.setattr(grade_module, "driver_loaded", lambda: True)
     monkeypatch.setattr(grade_module, "landlock_available", lambda: True)
     monkeypatch.setattr(grade_module.os, "cpu_count", lambda: 16)
@@ -104,7 +105,9 @@ def test_a_gpu_grade_of_one_track_takes_a_judge_per_core(monkeypatch):
     assert shares(Settings()) == [(i, 12) for i in range(12)]
     assert shares(Settings(first=("test_a",))) == [(i, 12) for i in range(12)]
     assert len(shares(Settings(), tracks=16)) == 4
-    assert len(shares(Settings(quick=True))) == 4
+    assert len(shares(Settings(quick=True))) == grade_module.QUICK_SHARDS == 2
+    assert len(shares(Settings(quick=True), tracks=16)) == 2
+    assert shares(Settings(quick=True), track=dataclasses.replace(track, shards=1)) == [None]
     assert shares(Settings(repro="x")) == [None]
     assert len(shares(Settings(), track=dataclasses.replace(track, shards_alone=None))) == 4
     monkeypatch.setattr(grade_module.os, "cpu_count", lambda: 6)

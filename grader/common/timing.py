@@ -125,22 +125,41 @@ def time_step(run, *, rep_ms: int = 200, warmup_ms: int = 50) -> dict:
     return {**t, "method": "graph"}
 
 
+SLEEP_CLOCK_HZ = 2.0e9  # at least an SM's clock (an H200's boost is 1.98 GHz): a sleeping
+#                         kernel of this many cycles a second lasts at least that long
+
+
 def host_ms(fn, *, calls: int = 20) -> float:
     """CPU time to enqueue one eager call, measured while the GPU is held busy by a sleeping
     kernel, so that no call waits for the GPU (a queue that drains would hide the host cost).
     Reported beside the GPU time, never mixed into it. `calls` at most: fewer where one call's
     enqueue is long (20 ms of enqueues measure it well; 20 calls of 13's eager reference, each
-    launching its S x S softmax, were seconds)."""
+    launching its S x S softmax, were seconds).
+
+    The sleep is as long as the calls' enqueues can be (one call, synchronized, bounds one
+    enqueue), with a margin, up to 0.1 s: a fixed 0.1 s was a fourth to a half of a timing's
+    "GPU time and host time" (an H200, 2026-12-01: 27 such stretches in a scorecard run again).
+    An event after the sleep says whether the GPU was still asleep when the last call was
+    enqueued; where it was not, the figure is taken again behind a sleep 4x as long."""
     began = time.perf_counter()
     fn()
     torch.cuda.synchronize()
     first = time.perf_counter() - began  # an upper bound of one enqueue
     calls = max(3, min(calls, int(0.02 / max(first, 1e-6))))
-    torch.cuda._sleep(int(2e8))  # ~0.1 s of GPU cycles ahead of the calls: more than their
-    #                              enqueues take (20 ms, above)
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    spent = (time.perf_counter() - start) * 1e3 / calls
-    torch.cuda.synchronize()
+    # twice the bound, and never more than 0.1 s at first: a long step's bound is mostly its
+    # GPU time (13's eager reference: 183 ms a call, 1.7 ms of it enqueue)
+    ahead_s = min(0.1, 2 * calls * first + 0.005)
+    for _ in range(3):
+        torch.cuda._sleep(int(ahead_s * SLEEP_CLOCK_HZ))
+        asleep = torch.cuda.Event()
+        asleep.record()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        spent = (time.perf_counter() - start) * 1e3 / calls
+        held = not asleep.query()  # still sleeping: no call waited for the GPU
+        torch.cuda.synchronize()
+        if held:
+            break
+        ahead_s *= 4
     return spent

@@ -246,6 +246,9 @@ def _forking(forker, judges: int, settings: Settings, say):
                 z.stop()
 
 
+QUICK_SHARDS = 2  # judges per track at most under QUICK on a GPU host (_shares)
+
+
 def _shares(track: Track, settings: Settings, tracks: int = 1) -> list[Settings]:
     """The settings of each judge that checks `track`: one, or (a track whose exercise declares
     `shards`, with the sandbox that lets judges run side by side) one per share of its checks:
@@ -269,10 +272,14 @@ def _shares(track: Track, settings: Settings, tracks: int = 1) -> list[Settings]
         # a CUDA track without a C++ CPU path runs one check here: one judge
         n = 1 if settings.examples or settings.select or settings.quick or \
             (track.sources and not track.cpu) else min(most, cores // max(1, tracks))
+    elif settings.quick:
+        # QUICK's few examples: more judges would each start up for one or two of them, and
+        # the driver makes CUDA contexts one at a time (~0.2 s each with 16 at once, an H200):
+        # 13's QUICK took 6.8 s in 8 judges, 4.8-5.4 in 4, 4.2-4.5 in 2, 4.4-4.6 in 1 (two
+        # runs each, docs/performance.md, "Grading time")
+        n = min(track.shards, QUICK_SHARDS)
     else:
-        # QUICK's few examples: more judges would each start up for one or two of them
-        n = track.shards if tracks > 1 or settings.quick else \
-            min(most, max(track.shards, cores))
+        n = track.shards if tracks > 1 else min(most, max(track.shards, cores))
     if n <= 1 or not landlock_available() or settings.repro or settings.sanitize:
         return [settings]
     return [settings.replace(shard=(i, n)) for i in range(n)]
