@@ -145,11 +145,57 @@ def test_a_faithful_report_is_not_accused(fake):
     assert fake.records.checked == 1
 
 
-def test_a_report_without_a_launched_kernel_is_tampering(fake):
+def test_a_report_without_a_launched_kernel_is_held_for_a_second_look(fake):
+    """A report that only lacks kernels is what the profiler's dropped records look like: held
+    (`pending`) until the proxy has observed the call again, and TAMPERING once confirmed."""
     fake.call([("add_kernel", "s7"), (ADD, "s7")])
-    found = fake.reply([["add_kernel", 7, False, True]])
-    assert len(found) == 1 and found[0].startswith(L.REWRITTEN), found
-    assert "at::native::vectorized_elementwise_kernel launched 1 time(s)" in found[0], found
+    assert fake.reply([["add_kernel", 7, False, True]]) == []
+    lacked = fake.records.take_pending()
+    assert len(lacked) == 1 and lacked[0].startswith(L.REWRITTEN), lacked
+    assert "at::native::vectorized_elementwise_kernel launched 1 time(s)" in lacked[0], lacked
+    assert fake.records.confirm(lacked) == lacked and fake.records.findings == lacked
+    fake.call([(ADD, "s7")])
+    assert fake.reply([[ADD, 7, True, True]]) == [] and not fake.records.pending
+
+
+def _session(fake, calls):
+    """A judge's Session whose submission answers each request with the next of `calls`
+    ([launches], [reported kernels]): the records of its window, then its reply."""
+    from grader.judge import proxy
+    s = proxy.Session.__new__(proxy.Session)
+    s.dead, s._release, s.attempts, s.timeout_s, s.records = None, [], [], 10, fake.records
+    sent = []
+
+    def exchange(payload, limit):
+        sent.append(dict(payload))
+        launches, kernels = calls.pop(0)
+        fake.call(launches)
+        return {"ok": True, "graph": len(sent), "observed": {
+            "ops": [], "kernels": kernels, "stream": 7, "gpu": True, "work": True}}
+    s._exchange = exchange
+    return s, sent
+
+
+def test_the_proxy_observes_a_call_again_where_its_report_only_lacked_kernels(fake):
+    both = [("add_kernel", "s7"), (ADD, "s7")]
+    # dropped once: the call again, its first graph freed, its agreeing report judged
+    s, sent = _session(fake, [(both, [["add_kernel", 7, False, True]]),
+                              (both, [["add_kernel", 7, False, True], [ADD, 7, True, True]])])
+    reply = s.request("call", target=("entry", "add"))
+    assert s.attempts == [] and len(sent) == 2 and reply["graph"] == 2
+    assert sent[1]["release"] == [1] and sent[1]["target"] == sent[0]["target"]
+    # lacking them again: TAMPERING, named
+    fake = Fake()
+    fake.ready()
+    s, sent = _session(fake, [(both, [["add_kernel", 7, False, True]])] * 2)
+    s.request("call", target=("entry", "add"))
+    assert len(sent) == 2 and s.attempts and s.attempts[0].startswith(L.REWRITTEN), s.attempts
+    # a renamed kernel is no drop: TAMPERING at once, the call not made again
+    fake = Fake()
+    fake.ready()
+    s, sent = _session(fake, [([(ADD, "s7")], [["my::elementwise_kernel", 7, False, True]])])
+    s.request("call", target=("entry", "add"))
+    assert len(sent) == 1 and s.attempts and s.attempts[0].startswith(L.REWRITTEN), s.attempts
 
 
 def test_a_renamed_kernel_is_tampering(fake):

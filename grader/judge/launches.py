@@ -13,7 +13,13 @@ After each reply, `Records.after` takes the windows it brought and holds each ag
 profiler's report of the same call (its `observed` kernels, made in that process, which a patch
 there can rewrite): a kernel the records show that the report lacks, one it lists that was never
 launched, or one moved to another stream, is TAMPERING, named. A call the profiler reported
-without a window, or a window no call owns, is too. Where the records cannot be had (no GPU, no
+without a window, or a window no call owns, is too. One disagreement is not settled at once:
+a report that only lacks kernels the records show (every kernel it lists was launched) is what
+the profiler itself does now and then, dropping activity records it judges outside its window
+(PyTorch issue 192021; once in four scorecards of the solutions on an H200, 2026-12-01, three of
+07's four elementwise kernels of one backward). Such a call is observed again (`pending`,
+grader.judge.proxy): lacking kernels again is TAMPERING; a report that then agrees is the
+profiler's, and its evidence is the one judged. Where the records cannot be had (no GPU, no
 CUPTI, no compiler, a compute-sanitizer run) they say "unavailable: why", before any submission
 code runs, and nothing is accused. What they cannot prove (the ATen ops, C code in the process):
 the README's trust table.
@@ -72,6 +78,7 @@ class Records:
         self.state = "waiting" if sock is not None else "unavailable"
         self.reason = why
         self.findings: list[str] = []
+        self.pending: list[str] = []  # the last reply's calls whose reports only lacked kernels
         self._told = 0            # findings already returned by `after`
         self.checked = 0          # calls cross-checked against the profiler's report
         self.replies = 0
@@ -134,6 +141,7 @@ class Records:
         if self.sock is None:
             return []
         with self._lock:
+            self.pending = []  # a reply's own: taken by the proxy right after it (take_pending)
             self._drain()
             for kind, rest in self._raw:
                 self._step(kind, rest)
@@ -212,9 +220,27 @@ class Records:
         for w, observed in zip(self._done, calls):
             why = compare(w, observed)
             self.last = w
-            if why:
+            if why and only_lacks(w, observed):
+                self.pending.append(REWRITTEN + f"{what}: {why}")
+            elif why:
                 self._found(REWRITTEN + f"{what}: {why}")
             self.checked += 1
+
+    def take_pending(self) -> list[str]:
+        """The last reply's lacks-only disagreements, taken (grader.judge.proxy observes the
+        call again, then holds them as TAMPERING or lets them go)."""
+        taken, self.pending = self.pending, []
+        return taken
+
+    def confirm(self, why: list[str]) -> list[str]:
+        """Disagreements that stood a second look: findings from now on. Returns the new ones."""
+        with self._lock:
+            before = len(self.findings)
+            for w in why:
+                self._found(w)
+            new = self.findings[before:]
+            self._told = len(self.findings)
+            return new
 
     def summary(self) -> str:
         how = self.state + (f" ({self.reason})" if self.reason else "")
@@ -266,6 +292,26 @@ def compare(window: Window, observed: dict) -> str | None:
         return (f"the report lists {key} ({_where(theirs)}), which the launch records show "
                 f"was never launched")
     return None
+
+
+def only_lacks(window: Window, observed: dict) -> bool:
+    """Does the report of this call only lack kernels the records show (the marker there, and
+    every kernel it lists matched by a launch): what the profiler's own dropped records look
+    like, not a rename, an invention or a move, which a drop cannot make."""
+    if observed.get("stream") is None or sum("M" in l.flags for l in window.launches) != 1:
+        return False
+    mark = next(l for l in window.launches if "M" in l.flags)
+    records = [(kernel_key(l.name), None if "-" in (l.stream, mark.stream)
+                else l.stream == mark.stream) for l in window.launches if l is not mark]
+    report = [(kernel_key(str(k[0])), k[1] == observed["stream"])
+              for k in observed.get("kernels") or []]
+    for key, theirs in sorted(report, key=lambda r: r[0] == "?"):
+        hit = next((i for i, (k, mine) in enumerate(records)
+                    if k in ("?", key) and mine in (None, theirs)), None)
+        if hit is None:
+            return False
+        records.pop(hit)
+    return bool(records)
 
 
 def _where(on_caller: bool | None) -> str:

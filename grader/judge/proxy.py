@@ -108,6 +108,29 @@ class Session:
         if self._release:
             payload["release"], self._release = self._release, []
         limit = timeout_s or self.timeout_s
+        reply = self._exchange(payload, limit)
+        found = list(reply.get("attempts") or []) + self.records.after(op, payload, reply)
+        lacked = self.records.take_pending()
+        if lacked:
+            # only kernels lacking, as when the profiler drops records (grader.judge.launches):
+            # the same call again (its first graph freed), judged instead where it agrees
+            again = {k: v for k, v in payload.items() if k != "release"}
+            if isinstance(reply.get("graph"), int):
+                again["release"] = [reply["graph"]]
+            reply = self._exchange(again, limit)
+            found += list(reply.get("attempts") or []) + self.records.after(op, again, reply)
+            still = self.records.take_pending()
+            found += self.records.confirm(lacked + still) if still else []
+            print(f"launch records: {lacked[0][:300]}; observed again, " + (
+                "it lacked kernels again" if still else "the report agreed with the records: "
+                "records the profiler dropped"), file=sys.stderr, flush=True)
+        for a in found:
+            if a not in self.attempts:
+                self.attempts.append(str(a))
+        return reply
+
+    def _exchange(self, payload: dict, limit: float) -> dict:
+        """Send one request, and return the submission's reply (a dict) or end the session."""
         try:
             seam.send(self.conn, payload)
             if not self.conn.poll(limit):
@@ -120,9 +143,6 @@ class Session:
             self._die(f"the submission's process sent a forged message: {e}", kill=True)
         if not isinstance(reply, dict):
             self._die("the submission's process sent something that is not a reply", kill=True)
-        for a in list(reply.get("attempts") or []) + self.records.after(op, payload, reply):
-            if a not in self.attempts:
-                self.attempts.append(str(a))
         return reply
 
     def _die(self, reason: str | None, kill: bool = False):
