@@ -268,14 +268,10 @@ def compare(window: Window, observed: dict) -> str | None:
     marks = [l for l in window.launches if "M" in l.flags]
     if len(marks) != 1:
         return f"the grader's marker kernel was recorded {len(marks)} times (once expected)"
-    mark = marks[0]
     if observed.get("stream") is None:
         return ("the report lacks the grader's own marker kernel, which the launch records "
                 "show on the caller's stream")
-    records = [(kernel_key(l.name), None if "-" in (l.stream, mark.stream)
-                else l.stream == mark.stream) for l in window.launches if l is not mark]
-    report = [(kernel_key(str(k[0])), k[1] == observed["stream"])
-              for k in observed.get("kernels") or []]
+    records, report = _keyed(window, marks[0], observed)
     left = list(report)
     # the most specific first: a known name and stream, then a known name, then an unknown name
     for key, mine in sorted(records, key=lambda r: (r[0] == "?", r[1] is None)):
@@ -298,13 +294,10 @@ def only_lacks(window: Window, observed: dict) -> bool:
     """Does the report of this call only lack kernels the records show (the marker there, and
     every kernel it lists matched by a launch): what the profiler's own dropped records look
     like, not a rename, an invention or a move, which a drop cannot make."""
-    if observed.get("stream") is None or sum("M" in l.flags for l in window.launches) != 1:
+    marks = [l for l in window.launches if "M" in l.flags]
+    if observed.get("stream") is None or len(marks) != 1:
         return False
-    mark = next(l for l in window.launches if "M" in l.flags)
-    records = [(kernel_key(l.name), None if "-" in (l.stream, mark.stream)
-                else l.stream == mark.stream) for l in window.launches if l is not mark]
-    report = [(kernel_key(str(k[0])), k[1] == observed["stream"])
-              for k in observed.get("kernels") or []]
+    records, report = _keyed(window, marks[0], observed)
     for key, theirs in sorted(report, key=lambda r: r[0] == "?"):
         hit = next((i for i, (k, mine) in enumerate(records)
                     if k in ("?", key) and mine in (None, theirs)), None)
@@ -312,6 +305,16 @@ def only_lacks(window: Window, observed: dict) -> bool:
             return False
         records.pop(hit)
     return bool(records)
+
+
+def _keyed(window: Window, mark: Launch, observed: dict) -> tuple[list, list]:
+    """(the records' kernels, the report's), each (its name's key, on the caller's stream:
+    True, False, or None where a stream is unknown), the marker left out."""
+    records = [(kernel_key(l.name), None if "-" in (l.stream, mark.stream)
+                else l.stream == mark.stream) for l in window.launches if l is not mark]
+    report = [(kernel_key(str(k[0])), k[1] == observed["stream"])
+              for k in observed.get("kernels") or []]
+    return records, report
 
 
 def _where(on_caller: bool | None) -> str:
