@@ -1,28 +1,46 @@
-// Exercise 03 — bias_relu, solved: the pybind11 binding, the input checks, the device dispatch
-// and the C++ CPU path.
+// Exercise 03 — bias_relu, solved: the pybind11 binding, the input checks, the device dispatch,
+// the tensors around the CUDA launchers, and the C++ CPU path.
 //
-// This is the one file that includes <torch/extension.h>: it brings pybind11 and torch's whole
-// C++ API, which is what lets `m.def` below turn at::Tensor arguments into Python tensors and
-// back. It is also why this file takes about a minute to compile (76 s on 2 cores, 54 s on 16,
-// against ~25 s / 16 s for a file with light headers): so it holds no kernel. Editing a kernel
-// recompiles only bias_relu_kernels.cu; this file is compiled once.
+// This is the file that knows PyTorch's C++ API: ATen (at::Tensor, its ops, the dtype dispatch)
+// and pybind11 with torch's type casters, which is what lets `m.def` below turn at::Tensor
+// arguments into Python tensors and back. <torch/extension.h>, the usual one-stop header, brings
+// the same two plus the whole C++ frontend (torch::nn, optimizers, data loaders), which this
+// file does not use: with the two headers below it compiles in about half the time
+// (docs/performance.md, "build-times"). It holds no kernel: editing a kernel recompiles only
+// bias_relu_kernels.cu.
 //
 // Python sees two functions, `bias_relu_ext.forward` and `bias_relu_ext.backward`;
 // bias_relu.py wraps them in a torch.autograd.Function.
 
-#include <torch/extension.h>
-
+#include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/utils/pybind.h>  // pybind11, and its casters for at::Tensor
 
 #include "aten_cuda.h"
 
+#include <cuda_bf16.h>  // the CUDA spellings of bfloat16 and half, for the launchers' types
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
 #include <tuple>
 #include <vector>
 
-// Defined in bias_relu_kernels.cu (compiled by nvcc, linked into the same module).
-at::Tensor bias_relu_forward_cuda(const at::Tensor& x, const at::Tensor& bias, double scale);
-std::tuple<at::Tensor, at::Tensor> bias_relu_backward_cuda(const at::Tensor& grad_y,
-                                                           const at::Tensor& y, double scale);
+// Defined in bias_relu_kernels.cu (compiled by nvcc, linked into the same module), instantiated
+// there for T = float, double, __half, __nv_bfloat16 with A their math type (float; double for
+// double). Raw device pointers and a stream: the kernels' file needs no PyTorch header.
+template <typename T, typename A>
+void bias_relu_fwd_launch(const T* x, const T* bias, T* y, int64_t M, int64_t N, A scale,
+                          cudaStream_t stream);
+template <typename T>
+int64_t bias_relu_bwd_partial_rows(const T* grad_y, const T* y, const T* grad_x, int64_t M,
+                                   int64_t N);
+template <typename T, typename A>
+void bias_relu_bwd_launch(const T* grad_y, const T* y, T* grad_x, T* grad_bias, A* partials,
+                          int64_t partial_rows, int64_t M, int64_t N, A scale,
+                          cudaStream_t stream);
 
 namespace {
 
@@ -76,6 +94,54 @@ std::tuple<at::Tensor, at::Tensor> backward_cpu(const at::Tensor& grad_y, const 
   return {grad_x, grad_bias};
 }
 
+// ---------------------------------------------------------------------------------------------
+// the CUDA path: the tensors around the launchers. cuda_ptr turns at::BFloat16* into
+// __nv_bfloat16* (at::Half* into __half*: the same 16 bits under two names); acc_t<T> is the math
+// type (include/aten_cuda.h).
+
+using course::acc_t;
+using course::cuda_ptr;
+
+at::Tensor forward_cuda(const at::Tensor& x, const at::Tensor& bias, double scale) {
+  const c10::cuda::CUDAGuard guard(x.device());  // launch on x's GPU, not on GPU 0
+  at::Tensor y = at::empty_like(x);
+  const int64_t M = x.size(0), N = x.size(1);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(),
+                                  "bias_relu_forward_cuda", [&] {
+    // the stream PyTorch is using right now (torch.cuda.stream(...) included), never stream 0
+    bias_relu_fwd_launch(cuda_ptr(x.const_data_ptr<scalar_t>()),
+                         cuda_ptr(bias.const_data_ptr<scalar_t>()),
+                         cuda_ptr(y.mutable_data_ptr<scalar_t>()), M, N,
+                         static_cast<acc_t<scalar_t>>(scale), c10::cuda::getCurrentCUDAStream());
+  });
+  return y;
+}
+
+std::tuple<at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_y, const at::Tensor& y,
+                                                 double scale) {
+  const c10::cuda::CUDAGuard guard(y.device());
+  const int64_t M = y.size(0), N = y.size(1);
+  at::Tensor grad_x = at::empty_like(y);
+  at::Tensor grad_bias = at::empty({N}, y.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, y.scalar_type(),
+                                  "bias_relu_backward_cuda", [&] {
+    using T = typename course::Cuda<scalar_t>::type;
+    using A = acc_t<scalar_t>;
+    const T* gyp = cuda_ptr(grad_y.const_data_ptr<scalar_t>());
+    const T* yp = cuda_ptr(y.const_data_ptr<scalar_t>());
+    T* gxp = cuda_ptr(grad_x.mutable_data_ptr<scalar_t>());
+    // one partial row per block row of the backward's grid (the launcher says how many), in
+    // fp32 whatever the storage dtype (fp64 for fp64): rounding each partial to fp16 would
+    // throw away the accuracy the fp32 accumulation bought
+    const int64_t rows = bias_relu_bwd_partial_rows(gyp, yp, gxp, M, N);
+    const at::Tensor partials = at::empty({rows, N}, y.options().dtype(course::math_type(y)));
+    bias_relu_bwd_launch(gyp, yp, gxp, cuda_ptr(grad_bias.mutable_data_ptr<scalar_t>()),
+                         partials.mutable_data_ptr<A>(), rows, M, N, static_cast<A>(scale),
+                         c10::cuda::getCurrentCUDAStream());
+  });
+  return {grad_x, grad_bias};
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -93,7 +159,7 @@ at::Tensor bias_relu_forward(const at::Tensor& x, const at::Tensor& bias, double
   // here: one extra pass over x, paid only by callers who pass one (free when x is contiguous).
   const at::Tensor xc = x.contiguous();
   const at::Tensor bc = bias.contiguous();
-  return x.is_cuda() ? bias_relu_forward_cuda(xc, bc, scale) : forward_cpu(xc, bc, scale);
+  return x.is_cuda() ? forward_cuda(xc, bc, scale) : forward_cpu(xc, bc, scale);
 }
 
 std::tuple<at::Tensor, at::Tensor> bias_relu_backward(const at::Tensor& grad_y, const at::Tensor& y,
@@ -109,7 +175,7 @@ std::tuple<at::Tensor, at::Tensor> bias_relu_backward(const at::Tensor& grad_y, 
   // to pay for .contiguous(); a kernel reading it as dense memory would read garbage.
   course::check_contiguous(grad_y, "grad_y");
   course::check_contiguous(y, "y");
-  return y.is_cuda() ? bias_relu_backward_cuda(grad_y, y, scale) : backward_cpu(grad_y, y, scale);
+  return y.is_cuda() ? backward_cuda(grad_y, y, scale) : backward_cpu(grad_y, y, scale);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -1,4 +1,4 @@
-// Exercise 03 — bias_relu, solved: the CUDA kernels and their host launchers.
+// Exercise 03 — bias_relu, solved: the CUDA kernels and their launchers.
 //
 //   forward   y            = relu(x * scale + bias)          x, y [M, N] row-major; bias [N]
 //   backward  grad_x       = grad_y * (y > 0) * scale        y > 0 exactly where z = x*scale+bias > 0
@@ -9,11 +9,13 @@
 //   bias_relu_backward_kernel   one pass: read grad_y and y, write grad_x, and per block one fp32
 //                               partial column sum of grad_y * (y > 0)  ->  partials [P, N]
 //   column_sum_kernel           grad_bias = the sum of the P partial rows, in a fixed order
-// Launchers (called by bias_relu.cpp): bias_relu_forward_cuda, bias_relu_backward_cuda.
+// Launchers (called by bias_relu.cpp, which owns the tensors): bias_relu_fwd_launch,
+// bias_relu_bwd_partial_rows, bias_relu_bwd_launch. They take raw device pointers and a stream.
 //
-// Only light headers here (no <torch/extension.h>, no pybind11), so this file compiles without
-// the extra minute that pybind11 and torch's C++ API cost the binding; and ninja recompiles only
-// the file that changed, so editing a kernel never rebuilds bias_relu.cpp.
+// Only common.cuh here, no PyTorch header: this file compiles in a few seconds, several times
+// faster than with ATen's Tensor and Dispatch headers (docs/performance.md, "build-times"), and
+// ninja recompiles only the file that changed, so editing a kernel never rebuilds bias_relu.cpp.
+// at::Tensor, the dtype dispatch, the device guard and PyTorch's stream live in bias_relu.cpp.
 //
 // Napkin math, float32, M = N = 8192 (one tensor = 8192 * 8192 * 4 B = 268 MB):
 //   forward   read x, write y                 2 x 268 MB = 537 MB
@@ -32,21 +34,11 @@
 // The arithmetic (3 flops per element) is nothing: every kernel here is a memory stream, judged
 // by the fraction of copy bandwidth it reaches.
 
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime.h>
+#include "common.cuh"
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
-#include <tuple>
+#include <type_traits>
 
 namespace {
 
@@ -57,16 +49,15 @@ constexpr int64_t kMaxGridY = 65535;
 constexpr int64_t kMaxGridX = 1 << 30;
 constexpr int kSumX = 32, kSumY = 8;  // column_sum_kernel's block: 32 columns x 8 row lanes
 
-// VEC consecutive elements moved as one 16-byte load or store (4 fp32, 8 fp16/bf16, 2 fp64).
-// alignas makes the compiler emit one 128-bit instruction (LDG.E.128 / STG.E.128) instead of
-// VEC narrow ones: 4-8x fewer memory instructions for the same bytes. VEC = 1 is the plain
-// one-element-per-thread fallback, for any N and any alignment.
-template <typename T, int VEC>
-struct alignas(sizeof(T) * VEC) Vec {
-  T v[VEC];
-};
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using course::Acc;
+using course::ceil_div;
+using course::from_acc;
+using course::to_acc;
+// course::Vec<T, VEC>: VEC consecutive elements moved as one 16-byte load or store (4 fp32,
+// 8 fp16/bf16, 2 fp64): alignas makes the compiler emit one 128-bit instruction (LDG.E.128 /
+// STG.E.128) instead of VEC narrow ones, 4-8x fewer memory instructions for the same bytes.
+// VEC = 1 is the plain one-element-per-thread fallback, for any N and any alignment.
+using course::Vec;
 
 // The smallest power of two >= n, but at most cap (a power of two).
 int pow2_at_least(int64_t n, int cap) {
@@ -75,41 +66,29 @@ int pow2_at_least(int64_t n, int cap) {
   return p;
 }
 
-// A 16-byte path needs whole vectors in every row (N % VEC == 0, so no vector straddles two
-// rows and bias[c*VEC ...] lines up with x[r, c*VEC ...]) and every pointer on a 16-byte
-// boundary: x[1:] of a fresh tensor is contiguous yet starts one element past it, and a 16-byte
-// load there faults with "misaligned address".
-template <typename T, int VEC>
-bool vectorizable(int64_t N, std::initializer_list<const void*> pointers) {
-  if (VEC == 1 || N % VEC != 0) return false;
-  for (const void* p : pointers)
-    if (reinterpret_cast<std::uintptr_t>(p) % (sizeof(T) * VEC) != 0) return false;
-  return true;
-}
-
 // ---------------------------------------------------------------------------------------------
 // kernels
 
 // A block is tx column lanes x ty row lanes. Thread (tx, ty) owns VEC adjacent columns and walks
 // down the rows ty, ty + row_step, ... ; its VEC bias values are loaded once and reused for every
 // row. All index arithmetic is int64: r * N passes 2^31 for tensors over 8 GB in fp32.
-template <typename scalar_t, int VEC>
+template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads)
-bias_relu_forward_kernel(const scalar_t* __restrict__ x,     // [M, N]
-                         const scalar_t* __restrict__ bias,  // [N]
-                         scalar_t* __restrict__ y,           // [M, N]
+bias_relu_forward_kernel(const T* __restrict__ x,     // [M, N]
+                         const T* __restrict__ bias,  // [N]
+                         T* __restrict__ y,           // [M, N]
                          int64_t M, int64_t N,
-                         at::opmath_type<scalar_t> scale) {
-  using acc_t = at::opmath_type<scalar_t>;  // float for fp16/bf16/fp32, double for fp64
-  using vec_t = Vec<scalar_t, VEC>;
-  const int64_t ncols = N / VEC;  // vectors per row (VEC divides N: see vectorizable)
+                         typename Acc<T>::type scale) {
+  using acc_t = typename Acc<T>::type;  // float for fp16/bf16/fp32, double for fp64
+  using vec_t = Vec<T, VEC>;
+  const int64_t ncols = N / VEC;  // vectors per row (VEC divides N: see course::vector_ok)
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y;
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < ncols;
        c += int64_t(gridDim.x) * blockDim.x) {
     const vec_t bv = *reinterpret_cast<const vec_t*>(bias + c * VEC);
     acc_t b[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) b[k] = static_cast<acc_t>(bv.v[k]);
+    for (int k = 0; k < VEC; ++k) b[k] = to_acc(bv.v[k]);
     // Rows in batches of kRows: issue all the loads of a batch before the first store, so each
     // thread has kRows 16-byte loads in flight (latency hidden by memory parallelism, not by
     // waiting), and the compiler never has to prove a store cannot alias a later load.
@@ -127,8 +106,8 @@ bias_relu_forward_kernel(const scalar_t* __restrict__ x,     // [M, N]
         vec_t yv;
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          const acc_t z = static_cast<acc_t>(xv[u].v[k]) * scale + b[k];
-          yv.v[k] = static_cast<scalar_t>(z < acc_t(0) ? acc_t(0) : z);  // NaN stays NaN, as torch.relu
+          const acc_t z = to_acc(xv[u].v[k]) * scale + b[k];
+          yv.v[k] = from_acc<T>(z < acc_t(0) ? acc_t(0) : z);  // NaN stays NaN, as torch.relu
         }
         *reinterpret_cast<vec_t*>(y + r * N + c * VEC) = yv;
       }
@@ -141,16 +120,16 @@ bias_relu_forward_kernel(const scalar_t* __restrict__ x,     // [M, N]
 // writes one partial row: partials[blockIdx.y, columns]. No atomics: every partial is written by
 // exactly one thread, and column_sum_kernel adds them in a fixed order, so grad_bias is
 // bitwise the same on every run.
-template <typename scalar_t, int VEC>
+template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads)
-bias_relu_backward_kernel(const scalar_t* __restrict__ grad_y,                 // [M, N]
-                          const scalar_t* __restrict__ y,                      // [M, N]
-                          scalar_t* __restrict__ grad_x,                       // [M, N]
-                          at::opmath_type<scalar_t>* __restrict__ partials,    // [gridDim.y, N]
+bias_relu_backward_kernel(const T* __restrict__ grad_y,                  // [M, N]
+                          const T* __restrict__ y,                       // [M, N]
+                          T* __restrict__ grad_x,                        // [M, N]
+                          typename Acc<T>::type* __restrict__ partials,  // [gridDim.y, N]
                           int64_t M, int64_t N,
-                          at::opmath_type<scalar_t> scale) {
-  using acc_t = at::opmath_type<scalar_t>;
-  using vec_t = Vec<scalar_t, VEC>;
+                          typename Acc<T>::type scale) {
+  using acc_t = typename Acc<T>::type;
+  using vec_t = Vec<T, VEC>;
   __shared__ acc_t red[kThreads * VEC];  // [VEC][ty][tx]: lanes tx are adjacent, no bank conflicts
   const int tx = threadIdx.x, ty = threadIdx.y, bdx = blockDim.x, bdy = blockDim.y;
   const int64_t ncols = N / VEC;
@@ -182,9 +161,8 @@ bias_relu_backward_kernel(const scalar_t* __restrict__ grad_y,                 /
 #pragma unroll
           for (int k = 0; k < VEC; ++k) {
             // a select, not a multiply by the mask: grad_y = inf where y = 0 must give 0, not NaN
-            const acc_t g = static_cast<acc_t>(yv[u].v[k]) > acc_t(0) ? static_cast<acc_t>(gv[u].v[k])
-                                                                     : acc_t(0);
-            gx.v[k] = static_cast<scalar_t>(g * scale);
+            const acc_t g = to_acc(yv[u].v[k]) > acc_t(0) ? to_acc(gv[u].v[k]) : acc_t(0);
+            gx.v[k] = from_acc<T>(g * scale);
             sum[k] += g;
           }
           *reinterpret_cast<vec_t*>(grad_x + r * N + c * VEC) = gx;
@@ -209,12 +187,12 @@ bias_relu_backward_kernel(const scalar_t* __restrict__ grad_y,                 /
 // grad_bias[j] = sum over p of partials[p, j], accumulated in fp32 (fp64 for fp64), rounded once.
 // A block is 32 columns x 8 row lanes: a warp reads 32 adjacent columns of one partial row (one
 // 128-byte line), and 8 lanes per column give 8x the memory parallelism of one thread per column.
-template <typename scalar_t>
+template <typename T>
 __global__ void __launch_bounds__(kSumX * kSumY)
-column_sum_kernel(const at::opmath_type<scalar_t>* __restrict__ partials,  // [P, N]
-                  scalar_t* __restrict__ out,                              // [N]
+column_sum_kernel(const typename Acc<T>::type* __restrict__ partials,  // [P, N]
+                  T* __restrict__ out,                                 // [N]
                   int64_t P, int64_t N) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = typename Acc<T>::type;
   __shared__ acc_t red[kSumY][kSumX];
   const int64_t col = int64_t(blockIdx.x) * kSumX + threadIdx.x;
   acc_t s = acc_t(0);
@@ -226,7 +204,7 @@ column_sum_kernel(const at::opmath_type<scalar_t>* __restrict__ partials,  // [P
     acc_t t = acc_t(0);
 #pragma unroll
     for (int j = 0; j < kSumY; ++j) t += red[j][threadIdx.x];
-    out[col] = static_cast<scalar_t>(t);
+    out[col] = from_acc<T>(t);
   }
 }
 
@@ -240,97 +218,118 @@ struct Plan {
 // Block shape: up to 64 column lanes and the rest row lanes when M is large (so a block's
 // partial row covers 64 vectors and there are few partial rows); more column lanes when M is
 // small (M = 1 would leave row lanes idle); one column lane and 256 row lanes when N = 1
-// (a warp then reads 32 adjacent rows, which are adjacent in memory).
-// Grid: exactly as many blocks as fit on the GPU at once (occupancy x SMs), one wave; each
+// (a warp then reads 32 adjacent rows, which are adjacent in memory). The grid's columns cover
+// the row's vectors; its rows are left to the caller.
+Plan block_shape(int64_t M, int64_t ncols) {
+  const int ty = pow2_at_least(M, kThreads / pow2_at_least(ncols, kMaxThreadsX));
+  const int tx = pow2_at_least(ncols, kThreads / ty);
+  const int64_t bx = std::min(ceil_div(ncols, tx), kMaxGridX);
+  return {dim3(static_cast<unsigned>(bx), 1), dim3(tx, ty)};
+}
+
+// Grid rows: exactly as many blocks as fit on the GPU at once (occupancy x SMs), one wave; each
 // thread loops over rows. More blocks would only queue behind the first wave, and in the
 // backward each extra block row is one more partial row to write and sum.
 template <typename Kernel>
 Plan plan_launch(Kernel kernel, int64_t M, int64_t ncols) {
-  const int ty = pow2_at_least(M, kThreads / pow2_at_least(ncols, kMaxThreadsX));
-  const int tx = pow2_at_least(ncols, kThreads / ty);
-  int device = 0, sms = 0, per_sm = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, tx * ty, 0));
-  const int64_t resident = int64_t(std::max(per_sm, 1)) * sms;
-  const int64_t bx = std::min(ceil_div(ncols, tx), kMaxGridX);
-  const int64_t by = std::max<int64_t>(1, std::min({resident / bx, ceil_div(M, ty), kMaxGridY}));
-  return {dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)), dim3(tx, ty)};
+  Plan plan = block_shape(M, ncols);
+  const int threads = int(plan.block.x * plan.block.y);
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  const int64_t resident = int64_t(std::max(per_sm, 1)) * course::num_sms();
+  const int64_t by = std::min({resident / plan.grid.x, ceil_div(M, plan.block.y), kMaxGridY});
+  plan.grid.y = static_cast<unsigned>(std::max<int64_t>(1, by));
+  return plan;
 }
 
-template <typename scalar_t, int VEC>
-void launch_forward(const at::Tensor& x, const at::Tensor& bias, at::Tensor& y, double scale,
-                    cudaStream_t stream) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t M = x.size(0), N = x.size(1);
-  auto kernel = bias_relu_forward_kernel<scalar_t, VEC>;
+template <typename T, int VEC>
+void launch_forward(const T* x, const T* bias, T* y, int64_t M, int64_t N,
+                    typename Acc<T>::type scale, cudaStream_t stream) {
+  auto kernel = bias_relu_forward_kernel<T, VEC>;
   const Plan plan = plan_launch(kernel, M, N / VEC);
-  kernel<<<plan.grid, plan.block, 0, stream>>>(
-      x.const_data_ptr<scalar_t>(), bias.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(),
-      M, N, static_cast<acc_t>(scale));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  kernel<<<plan.grid, plan.block, 0, stream>>>(x, bias, y, M, N, scale);
+  CUDA_LAUNCH_CHECK();
 }
 
-template <typename scalar_t, int VEC>
-void launch_backward(const at::Tensor& grad_y, const at::Tensor& y, at::Tensor& grad_x,
-                     at::Tensor& grad_bias, double scale, cudaStream_t stream) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t M = y.size(0), N = y.size(1);
-  auto kernel = bias_relu_backward_kernel<scalar_t, VEC>;
-  const Plan plan = plan_launch(kernel, M, N / VEC);
-  const int64_t P = plan.grid.y;  // one partial row per block row
-  // fp32 partials whatever the storage dtype (fp64 for fp64): rounding each partial to fp16
-  // would throw away the accuracy the fp32 accumulation bought.
-  const at::Tensor partials =
-      at::empty({P, N}, y.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
-  kernel<<<plan.grid, plan.block, 0, stream>>>(
-      grad_y.const_data_ptr<scalar_t>(), y.const_data_ptr<scalar_t>(),
-      grad_x.mutable_data_ptr<scalar_t>(), partials.mutable_data_ptr<acc_t>(), M, N,
-      static_cast<acc_t>(scale));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+// The backward's block rows, one partial row each, for the width it will run at.
+template <typename T, int VEC>
+int64_t backward_rows(int64_t M, int64_t N) {
+  return plan_launch(bias_relu_backward_kernel<T, VEC>, M, N / VEC).grid.y;
+}
+
+template <typename T, int VEC>
+void launch_backward(const T* grad_y, const T* y, T* grad_x, T* grad_bias,
+                     typename Acc<T>::type* partials, int64_t P, int64_t M, int64_t N,
+                     typename Acc<T>::type scale, cudaStream_t stream) {
+  Plan plan = block_shape(M, N / VEC);
+  plan.grid.y = static_cast<unsigned>(P);  // backward_rows' plan: P block rows, P partial rows
+  bias_relu_backward_kernel<T, VEC><<<plan.grid, plan.block, 0, stream>>>(grad_y, y, grad_x,
+                                                                         partials, M, N, scale);
+  CUDA_LAUNCH_CHECK();
   // same stream, so it starts after the kernel above has written every partial
-  column_sum_kernel<scalar_t><<<static_cast<unsigned>(ceil_div(N, kSumX)), dim3(kSumX, kSumY), 0,
-                                stream>>>(partials.const_data_ptr<acc_t>(),
-                                          grad_bias.mutable_data_ptr<scalar_t>(), P, N);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  column_sum_kernel<T><<<static_cast<unsigned>(ceil_div(N, kSumX)), dim3(kSumX, kSumY), 0,
+                         stream>>>(partials, grad_bias, P, N);
+  CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// launchers: bias_relu.cpp has checked shapes, dtypes and devices, and made the tensors contiguous
+// launchers: bias_relu.cpp has checked shapes, dtypes and devices, made the tensors contiguous,
+// made their GPU the current one, and passes PyTorch's current stream. T is the element type
+// (float, double, __half, __nv_bfloat16), A its math type (course::Acc<T>: float, or double).
+// Instantiated below for the four.
 
-at::Tensor bias_relu_forward_cuda(const at::Tensor& x, const at::Tensor& bias, double scale) {
-  const c10::cuda::CUDAGuard guard(x.device());  // launch on x's GPU, not on GPU 0
-  at::Tensor y = at::empty_like(x);
-  const int64_t M = x.size(0), N = x.size(1);
-  if (M == 0 || N == 0) return y;  // a grid of 0 blocks is a launch error
-  // the stream PyTorch is using right now (torch.cuda.stream(...) included), never stream 0
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "bias_relu_forward_cuda", [&] {
-    constexpr int VEC = 16 / sizeof(scalar_t);
-    if (vectorizable<scalar_t, VEC>(N, {x.const_data_ptr(), bias.const_data_ptr(), y.const_data_ptr()}))
-      launch_forward<scalar_t, VEC>(x, bias, y, scale, stream);
-    else
-      launch_forward<scalar_t, 1>(x, bias, y, scale, stream);
-  });
-  return y;
+template <typename T, typename A>
+void bias_relu_fwd_launch(const T* x, const T* bias, T* y, int64_t M, int64_t N, A scale,
+                          cudaStream_t stream) {
+  static_assert(std::is_same_v<A, typename Acc<T>::type>, "A must be the math type of T");
+  if (M == 0 || N == 0) return;  // a grid of 0 blocks is a launch error
+  if (course::vector_ok<T>(N, N, {x, bias, y}))
+    launch_forward<T, course::kVec16<T>>(x, bias, y, M, N, scale, stream);
+  else
+    launch_forward<T, 1>(x, bias, y, M, N, scale, stream);
 }
 
-std::tuple<at::Tensor, at::Tensor> bias_relu_backward_cuda(const at::Tensor& grad_y,
-                                                           const at::Tensor& y, double scale) {
-  const c10::cuda::CUDAGuard guard(y.device());
-  const int64_t M = y.size(0), N = y.size(1);
-  at::Tensor grad_x = at::empty_like(y);
-  if (M == 0 || N == 0) return {grad_x, at::zeros({N}, y.options())};  // a sum of no rows is 0
-  at::Tensor grad_bias = at::empty({N}, y.options());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, y.scalar_type(), "bias_relu_backward_cuda", [&] {
-    constexpr int VEC = 16 / sizeof(scalar_t);
-    if (vectorizable<scalar_t, VEC>(N, {grad_y.const_data_ptr(), y.const_data_ptr(), grad_x.const_data_ptr()}))
-      launch_backward<scalar_t, VEC>(grad_y, y, grad_x, grad_bias, scale, stream);
-    else
-      launch_backward<scalar_t, 1>(grad_y, y, grad_x, grad_bias, scale, stream);
-  });
-  return {grad_x, grad_bias};
+// How many partial rows (N math-type values each) the backward writes: its grid's block rows.
+// bias_relu.cpp allocates them (PyTorch's caching allocator: no cudaMalloc per call) and passes
+// them back to bias_relu_bwd_launch; the same pointers give the same vector width here and there.
+template <typename T>
+int64_t bias_relu_bwd_partial_rows(const T* grad_y, const T* y, const T* grad_x, int64_t M,
+                                   int64_t N) {
+  if (M == 0 || N == 0) return 0;
+  return course::vector_ok<T>(N, N, {grad_y, y, grad_x})
+             ? backward_rows<T, course::kVec16<T>>(M, N)
+             : backward_rows<T, 1>(M, N);
 }
+
+template <typename T, typename A>
+void bias_relu_bwd_launch(const T* grad_y, const T* y, T* grad_x, T* grad_bias, A* partials,
+                          int64_t partial_rows, int64_t M, int64_t N, A scale,
+                          cudaStream_t stream) {
+  static_assert(std::is_same_v<A, typename Acc<T>::type>, "A must be the math type of T");
+  if (N == 0) return;
+  if (M == 0) {  // a sum of no rows is 0 (all-zero bits are 0.0 in every float type)
+    CUDA_CHECK(cudaMemsetAsync(grad_bias, 0, N * sizeof(T), stream));
+    return;
+  }
+  if (course::vector_ok<T>(N, N, {grad_y, y, grad_x}))
+    launch_backward<T, course::kVec16<T>>(grad_y, y, grad_x, grad_bias, partials, partial_rows,
+                                          M, N, scale, stream);
+  else
+    launch_backward<T, 1>(grad_y, y, grad_x, grad_bias, partials, partial_rows, M, N, scale,
+                          stream);
+}
+
+#define INSTANTIATE(T, A)                                                                    \
+  template void bias_relu_fwd_launch<T, A>(const T*, const T*, T*, int64_t, int64_t, A,      \
+                                           cudaStream_t);                                    \
+  template int64_t bias_relu_bwd_partial_rows<T>(const T*, const T*, const T*, int64_t,      \
+                                                 int64_t);                                   \
+  template void bias_relu_bwd_launch<T, A>(const T*, const T*, T*, T*, A*, int64_t, int64_t, \
+                                           int64_t, A, cudaStream_t);
+INSTANTIATE(float, float)
+INSTANTIATE(double, double)
+INSTANTIATE(__half, float)
+INSTANTIATE(__nv_bfloat16, float)
+#undef INSTANTIATE
