@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Build times: the seconds each source file of a CUDA track takes to compile, with the flags the
-# grader's build uses (its build.ninja), one file at a time on an otherwise idle machine. From the
-# repository root: `bash benchmarks/build_times.sh [RUNS] TREE:EXERCISE:TRACK...`, e.g.
-#   bash benchmarks/build_times.sh 3 solutions:03:cuda starter:03:cuda /tmp/old:03:cuda
+# Build times: the seconds each source file of a CUDA track takes to compile, with the flags of the grader's build, on this machine (a GPU one or the CPU one, which builds for sm_90). From the repository root: `bash benchmarks/build_times.sh [RUNS] TREE:EXERCISE:TRACK...`.
+#
+# For example: bash benchmarks/build_times.sh 3 solutions:03:cuda starter:03:cuda /tmp/old:03:cuda
 # TREE is solutions, starter or a folder shaped like starter/ (graded with --submission). The
 # track is graded once (--no-bench) so that its build.ninja exists; then each compile command
 # (`ninja -t commands`) runs RUNS times (default 3), writing its object to a temporary folder.
