@@ -114,6 +114,33 @@ def variant(tmp_path):
     return make
 
 
+@pytest.fixture(scope="session")
+def forker(tmp_path_factory):
+    """Where there is no GPU: a judge zygote and a submission zygote that have imported torch,
+    triton and pytest once for this test process (grader.run.zygotes), for the grades of many
+    small submissions (the known-bads, the learners' mistakes) to fork from, as `make grade` and
+    `make exercise-NN` fork from the zygotes they keep (grader.run.keeper): a grade of one
+    track then costs ~2-3 s of wall time on the 2-core CI machine instead of ~5-6, most of them
+    two processes importing torch. tests/test_exercises.py and tests/test_isolation.py still
+    start every process afresh (the path of a grade without zygotes). On a GPU machine, and
+    where a zygote refuses to serve: None (each grade starts its processes afresh)."""
+    from grader.common.machine import driver_loaded
+    from grader.run.zygotes import ZygoteError, start_zygotes
+    if driver_loaded():
+        yield None
+        return
+    try:
+        zygotes = start_zygotes(FIXED, False, tmp_path_factory.mktemp("zygotes"))
+    except ZygoteError:
+        yield None
+        return
+    try:
+        yield zygotes[0].forker()
+    finally:
+        for z in zygotes:
+            z.stop()
+
+
 @pytest.fixture
 def configure(monkeypatch):
     """configure(select=..., repro=..., check_timeout=...): the grader.common.settings.Settings the

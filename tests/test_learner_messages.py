@@ -35,13 +35,13 @@ def passed(result) -> set:
 
 # --- gradcheck (grader.judge.gradcheck.gradcheck_checked) ----------------------------------------------
 
-def test_gradcheck_names_a_forward_that_ignores_float64(variant, configure):
+def test_gradcheck_names_a_forward_that_ignores_float64(variant, configure, forker):
     """The forward computes in float32 for float64 inputs: gradcheck's finite differences are then
     noise, and the message says so (not the backward, not a Jacobian)."""
     tree = variant("05_softmax", "triton", {"softmax.py": [
         ("acc_ty = tl.float64 if F64 else tl.float32", "acc_ty = tl.float32")]})
     configure(select="test_gradcheck")
-    found = failed(grade_track(tree, EX05, EX05.tracks["triton"]))
+    found = failed(grade_track(tree, EX05, EX05.tracks["triton"], forker=forker))
     assert found, "a float32 forward passed gradcheck"
     for name, msg in found.items():
         assert msg.startswith("the forward ignores float64: y["), (name, msg)
@@ -49,13 +49,13 @@ def test_gradcheck_names_a_forward_that_ignores_float64(variant, configure):
         assert "tensor(" not in msg and "numerical:" not in msg, msg
 
 
-def test_gradcheck_locates_a_wrong_backward(variant, configure):
+def test_gradcheck_locates_a_wrong_backward(variant, configure, forker):
     """A wrong backward formula: which input, which output, the largest difference and its
     index, numerical against analytical there, and the formula to check; no Jacobians."""
     tree = variant("05_softmax", "triton", {"softmax.py": [
         ("tl.store(dx_row + cols, (y * (dy - dot))", "tl.store(dx_row + cols, (y * (dy - 0.5 * dot))")]})
     configure(select="test_gradcheck")
-    found = failed(grade_track(tree, EX05, EX05.tracks["triton"]))
+    found = failed(grade_track(tree, EX05, EX05.tracks["triton"], forker=forker))
     assert found, "a wrong backward passed gradcheck"
     for name, msg in found.items():
         assert msg.startswith("gradcheck: dx is wrong (the Jacobian of y with respect to `x`"), \
@@ -108,7 +108,8 @@ STAGED = [  # exercise, track, file, the backward's first line (a stub raises ri
 
 
 @pytest.mark.parametrize("exercise,track,file,line", STAGED, ids=[s[0] for s in STAGED])
-def test_forward_only_passes_the_forward_checks(variant, configure, exercise, track, file, line):
+def test_forward_only_passes_the_forward_checks(variant, configure, forker, exercise, track, file,
+                                                line):
     """A learner who has written only the forward: its checks pass; those that need gradients
     fail with "start the backward: ..." (not a forward hint, not a crash)."""
     stub = "    raise NotImplementedError('the backward: not implemented yet')\n"
@@ -118,7 +119,7 @@ def test_forward_only_passes_the_forward_checks(variant, configure, exercise, tr
     configure(select="test_forward_matches_reference or test_backward_matches_reference or "
                      "test_gradcheck")
     ex = discover(only=exercise[:2])[0]
-    result = grade_track(tree, ex, ex.tracks[track])
+    result = grade_track(tree, ex, ex.tracks[track], forker=forker)
     ok, bad = passed(result), failed(result)
     assert any(n.startswith("test_forward_matches_reference") for n in ok), (ok, bad)
     assert bad and not any(n.startswith("test_forward_matches_reference") for n in bad), bad
@@ -127,13 +128,13 @@ def test_forward_only_passes_the_forward_checks(variant, configure, exercise, tr
             (name, msg)
 
 
-def test_no_device_check_says_check_the_device_first(variant, configure):
+def test_no_device_check_says_check_the_device_first(variant, configure, forker):
     """02 without its device check: a CPU x reaches the device guard, whose error names no
     argument; the message says to check the device first (from that error's text)."""
     tree = variant("02_scale", "cuda", {"scale.cpp": [('  course::check_device(x, "x");\n', "")]})
     configure(select="test_refuses_cpu_tensor")
     ex = discover(only="02")[0]
-    found = failed(grade_track(tree, ex, ex.tracks["cuda"]))
+    found = failed(grade_track(tree, ex, ex.tracks["cuda"], forker=forker))
     msg = found.get("test_refuses_cpu_tensor", "")
     assert "check the device first" in msg and 'check_device(x, "x")' in msg, found
 
@@ -145,10 +146,11 @@ def checks(result, prefix: str) -> list:
     return [c for c in result.checks if c.outcome == "failed" and c.name.startswith(prefix)]
 
 
-def grade_checks(configure, tree, ex, *names: str, track: str = "triton"):
-    """Grade only the checks `names` of one track: (the result, the failed checks of each)."""
+def grade_checks(configure, tree, ex, *names: str, track: str = "triton", forker=None):
+    """Grade only the checks `names` of one track: (the result, the failed checks of each);
+    `forker`: conftest's, the session's zygotes."""
     configure(select=" or ".join(names))
-    result = grade_track(tree, ex, ex.tracks[track])
+    result = grade_track(tree, ex, ex.tracks[track], forker=forker)
     return result, [checks(result, name) for name in names]
 
 
@@ -163,7 +165,7 @@ interpreter_only = pytest.mark.skipif(
 
 
 @interpreter_only
-def test_unmasked_load_points_at_its_line_once(variant, configure):
+def test_unmasked_load_points_at_its_line_once(variant, configure, forker):
     """The classic: a tl.load without a mask. The failure is located at that line of the kernel
     (not the launch), says "mask it" once (the interpreter's wrapped copies of the same error are
     not repeated), and shows no check hint about another subject ("keep nothing between
@@ -172,7 +174,7 @@ def test_unmasked_load_points_at_its_line_once(variant, configure):
     tree = variant("01_vector_add", "triton", {"vector_add.py": [
         ("x = tl.load(x_ptr + offsets, mask=mask)", load)]})
     result, _ = grade_checks(configure, tree, EX01, "test_matches_reference",
-                             "test_new_contents_same_shapes")
+                             "test_new_contents_same_shapes", forker=forker)
     line = line_of(tree, "01_vector_add", "triton", "vector_add.py", load)
     bad = checks(result, "test_")
     assert {c.name.partition("[")[0] for c in bad} == {"test_matches_reference",
@@ -186,7 +188,7 @@ def test_unmasked_load_points_at_its_line_once(variant, configure):
 
 
 @interpreter_only
-def test_out_of_bounds_under_a_mask_blames_the_offsets(variant, configure):
+def test_out_of_bounds_under_a_mask_blames_the_offsets(variant, configure, forker):
     """x's stride used for y too: y's loads run past its end although they are masked. The
     message says the mask is there (not "mask it"), points at the offsets, names the view."""
     load_y = "y = tl.load(y_ptr + offsets * sx, mask=mask)"
@@ -198,7 +200,8 @@ def test_out_of_bounds_under_a_mask_blames_the_offsets(variant, configure):
         ('for name, t in (("x", x), ("y", y)):', 'for name, t in (("y", y),):'),
         ("add_kernel[grid](x, y, out, n, BLOCK=BLOCK,",
          "add_kernel[grid](x, y, out, n, x.stride(0), BLOCK=BLOCK,")]})
-    _, (bad,) = grade_checks(configure, tree, EX01, "test_strided_input_handled_or_refused")
+    _, (bad,) = grade_checks(configure, tree, EX01, "test_strided_input_handled_or_refused",
+                             forker=forker)
     assert bad, "reading y with x's stride passed"
     line = line_of(tree, "01_vector_add", "triton", "vector_add.py", load_y)
     for c in bad:
@@ -209,7 +212,7 @@ def test_out_of_bounds_under_a_mask_blames_the_offsets(variant, configure):
         assert c.where == f"vector_add.py:{line}", c.where
 
 
-def test_grid_rounded_down_is_not_blamed_on_a_view_or_a_cache(variant, configure):
+def test_grid_rounded_down_is_not_blamed_on_a_view_or_a_cache(variant, configure, forker):
     """n // BLOCK programs: the tail (here all of it: n < BLOCK) is never written. The view check
     and the repeated-call check say it is wrong on plain inputs too (not the view, not a kept
     result), with the grid's fix, and without their own hints."""
@@ -217,7 +220,7 @@ def test_grid_rounded_down_is_not_blamed_on_a_view_or_a_cache(variant, configure
         ("grid = (triton.cdiv(n, BLOCK),)", "grid = (n // BLOCK,)")]})
     result, (views, twice) = grade_checks(configure, tree, EX01,
                                           "test_strided_input_handled_or_refused",
-                                          "test_new_contents_same_shapes")
+                                          "test_new_contents_same_shapes", forker=forker)
     assert views and twice, result.checks
     for c in views:
         assert c.message.startswith("wrong with every input dense too, so not because of "), \
@@ -231,14 +234,14 @@ def test_grid_rounded_down_is_not_blamed_on_a_view_or_a_cache(variant, configure
         assert c.hint == "", c.hint
 
 
-def test_backward_from_x_gets_no_forward_advice(variant, configure):
+def test_backward_from_x_gets_no_forward_advice(variant, configure, forker):
     """The backward reads x where it needs y: y is right, dx is not. The checks about the max
     (large magnitudes) and about views say so, without their forward hints, the max-subtraction
     advice, or blaming the view (a dense x is wrong too)."""
     tree = variant("05_softmax", "triton", {"softmax.py": [
         ("ctx.save_for_backward(y)", "ctx.save_for_backward(x)")]})
     result, (large, views) = grade_checks(configure, tree, EX05, "test_large_magnitudes",
-                                          "test_strided_x_handled_or_refused")
+                                          "test_strided_x_handled_or_refused", forker=forker)
     assert large and views, result.checks
     for c in large + views:
         assert "y is right but dx is not" in c.message, c.message
@@ -249,14 +252,14 @@ def test_backward_from_x_gets_no_forward_advice(variant, configure):
         assert "its own strides" not in c.message, c.message
 
 
-def test_masked_lanes_read_as_zero_are_not_blamed_on_the_shift(variant, configure):
+def test_masked_lanes_read_as_zero_are_not_blamed_on_the_shift(variant, configure, forker):
     """Masked lanes loaded as 0 (not -inf): softmax(x) itself is wrong. The shift-invariance
     check says that, not "subtract the max", and the probe of the max's neutral value names the
     cause (grader.judge.probes.max_neutral: right on rows far above 0, wrong far below)."""
     tree = variant("05_softmax", "triton", {"softmax.py": [
         ('x = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(acc_ty)',
          "x = tl.load(x_row + cols, mask=mask, other=0.0).to(acc_ty)")]})
-    _, (bad,) = grade_checks(configure, tree, EX05, "test_shift_invariance")
+    _, (bad,) = grade_checks(configure, tree, EX05, "test_shift_invariance", forker=forker)
     assert bad, "masked lanes read as 0 passed"
     for c in bad:
         assert c.message.startswith("softmax(x) is wrong already, before any shift"), c.message
@@ -264,7 +267,7 @@ def test_masked_lanes_read_as_zero_are_not_blamed_on_the_shift(variant, configur
         assert "likely cause: masked lanes take part as 0" in c.message, c.message
 
 
-def test_autograd_function_without_backward_says_start_the_backward(variant, configure):
+def test_autograd_function_without_backward_says_start_the_backward(variant, configure, forker):
     """A forward-only autograd.Function (no backward method at all): PyTorch's own error is the
     backward stage not started, not a failure of the forward the check also tests."""
     tree = variant("05_softmax", "triton", {"softmax.py": [(
@@ -276,7 +279,7 @@ def test_autograd_function_without_backward_says_start_the_backward(variant, con
         return softmax_bwd(y, dy)
 """, "")]})
     result, _ = grade_checks(configure, tree, EX05, "test_forward_matches_reference",
-                             "test_large_magnitudes")
+                             "test_large_magnitudes", forker=forker)
     assert any(n.startswith("test_forward_matches_reference") for n in passed(result)), \
         result.checks
     bad = checks(result, "test_")
@@ -288,13 +291,14 @@ def test_autograd_function_without_backward_says_start_the_backward(variant, con
 
 
 @interpreter_only
-def test_math_on_float16_names_the_kernel_line_and_the_cast(variant, configure):
+def test_math_on_float16_names_the_kernel_line_and_the_cast(variant, configure, forker):
     """tl.exp of a float16 value (Triton's math takes float32/float64): the kernel's line, not
     the launch; the error once; the cast that fixes it."""
     bad_line = "scale = tl.where(seen, tl.exp((m_j - m_new).to(tl.float16)), 0.0)"
     tree = variant("05_softmax", "triton", {"softmax.py": [
         ("scale = tl.where(seen, tl.exp(m_j - m_new), 0.0)", bad_line)]})
-    _, (bad,) = grade_checks(configure, tree, EX05, "test_rows_longer_than_a_block")
+    _, (bad,) = grade_checks(configure, tree, EX05, "test_rows_longer_than_a_block",
+                             forker=forker)
     assert bad, "tl.exp of float16 passed"
     line = line_of(tree, "05_softmax", "triton", "softmax.py", bad_line)
     for c in bad:
@@ -314,14 +318,14 @@ def known_bad(variant, mistake: str):
     return tree, discover(only=exercise[:2])[0], spec
 
 
-def test_a_wrong_forward_leaves_the_backward_unchecked_said_once(variant, configure):
+def test_a_wrong_forward_leaves_the_backward_unchecked_said_once(variant, configure, forker):
     """08 returning y alone: the forward's check says so; the checks of the backward (a
     gradcheck among them) are not run, and the feedback says why once, with no cause of theirs
     (the h-only check said "the backward must return a gradient")."""
     tree, ex, spec = known_bad(variant, "08_add_rmsnorm/returns_only_y")
     result, (forward, *backward) = grade_checks(
         configure, tree, ex, "test_forward_matches_reference", "test_gradient_of_one_output",
-        "test_gradcheck")
+        "test_gradcheck", forker=forker)
     assert forward and not any(backward), result.checks
     staged = [c for c in result.checks if c.outcome == "skipped"]
     assert {c.name.partition("[")[0] for c in staged} == {"test_gradient_of_one_output",

@@ -218,7 +218,7 @@ def test_declared_checks_exist(exercise, track):
 
 @pytest.mark.parametrize("path", [_param(p, graded=True) for p in DECLARED])
 @pytest.mark.timeout(1800)
-def test_known_bad_is_caught(path, tmp_path, configure):
+def test_known_bad_is_caught(path, tmp_path, configure, forker):
     kb = declaration(path)
     if kb.signals:  # it signals out of its sandbox: only where the fence it names stands
         signal_fence(kb.signals)
@@ -226,7 +226,8 @@ def test_known_bad_is_caught(path, tmp_path, configure):
               examples="fixed")
     ex = EXERCISES[kb.exercise]
     before = _repository() if kb.expect.get("repository_unchanged") else None
-    result = grade_track(build(kb, tmp_path / "tree"), ex, ex.tracks[kb.track], bench=kb.bench)
+    result = grade_track(build(kb, tmp_path / "tree"), ex, ex.tracks[kb.track], bench=kb.bench,
+                         forker=forker)
     problems = mismatches(kb.expect, result, score(ex, result))
     if before is not None:
         after = _repository()

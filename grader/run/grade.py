@@ -195,11 +195,12 @@ def _unstarted(tree: Path, pairs, settings: Settings) -> dict:
 
 
 def grade_track(tree: Path, exercise: Exercise, track: Track, *, bench: bool = False,
-                settings: Settings | None = None) -> TrackResult:
+                settings: Settings | None = None, forker=None) -> TrackResult:
     """One track through the same path (the project's own tests drive this). Settings: given,
-    or those of this process's environment (a test sets them as the CLI passes them on)."""
+    or those of this process's environment (a test sets them as the CLI passes them on).
+    `forker`: the processes forked from zygotes (Submission.forker), as `make grade` keeps them."""
     sub = Submission(Path(tree), (exercise,), (track.name,), settings or from_environment(),
-                     bench)
+                     bench, forker=forker)
     return grade(sub).rows[0][1]
 
 
