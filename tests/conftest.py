@@ -125,20 +125,12 @@ def forker(tmp_path_factory):
     start every process afresh (the path of a grade without zygotes). On a GPU machine, and
     where a zygote refuses to serve: None (each grade starts its processes afresh)."""
     from grader.common.machine import driver_loaded
-    from grader.run.zygotes import ZygoteError, start_zygotes
+    from grader.run.zygotes import zygote_forker
     if driver_loaded():
         yield None
         return
-    try:
-        zygotes = start_zygotes(FIXED, False, tmp_path_factory.mktemp("zygotes"))
-    except ZygoteError:
-        yield None
-        return
-    try:
-        yield zygotes[0].forker()
-    finally:
-        for z in zygotes:
-            z.stop()
+    with zygote_forker(FIXED, False, tmp_path_factory.mktemp("zygotes")) as made:
+        yield made
 
 
 @pytest.fixture

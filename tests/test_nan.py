@@ -33,6 +33,7 @@ import ast
 import re
 import shutil
 import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,7 @@ from grader.common.discover import discover
 from grader.common.machine import driver_loaded
 from grader.common.paths import CACHE
 from grader.run.grade import Submission, grade
-from grader.run.zygotes import ZygoteError, start_zygotes
+from grader.run.zygotes import zygote_forker
 
 EXERCISES = {ex.id: ex for ex in discover()}
 TREES = CACHE / "tests" / "nan"   # the wrapped trees, kept (and their builds) between runs
@@ -278,14 +279,10 @@ def _verdict(target: Target, result) -> list[str]:
     return out
 
 
-def _zygotes(folder: Path):
-    """Zygotes for every round's grade, where grade() itself would fork from them (no GPU)."""
-    if driver_loaded():
-        return []
-    try:
-        return start_zygotes(FIXED, False, folder)
-    except ZygoteError:
-        return []  # each grade starts its processes afresh: slower, the same verdicts
+def _forker(folder: Path):
+    """Zygotes for every round's grade to fork from, where grade() itself would fork from them
+    (no GPU); None (each grade starts its processes afresh: slower, the same verdicts) there."""
+    return nullcontext(None) if driver_loaded() else zygote_forker(FIXED, False, folder)
 
 
 @pytest.mark.parametrize("group", [
@@ -296,26 +293,21 @@ def test_nan_in_each_output_fails_the_checks(group):
     tree = TREES / group.replace(" ", "-")
     _wrap(tree, targets)
     problems, covered = [], []
-    with tempfile.TemporaryDirectory(prefix="nan-zygotes-") as folder:
-        zygotes = _zygotes(Path(folder))
-        try:
-            for batch in _rounds(targets):
-                for ex_id, track in {(t.exercise, t.track) for t in batch}:
-                    _aim(tree, [t for t in batch if (t.exercise, t.track) == (ex_id, track)],
-                         ex_id, track)
-                select = " or ".join(f"({t.exercise} and ({t.checks}))" for t in batch)
-                sub = Submission(tree, tuple(EXERCISES[e] for e in
-                                             dict.fromkeys(t.exercise for t in batch)),
-                                 tuple(sorted({t.track for t in batch})),
-                                 FIXED.replace(select=select), bench=False,
-                                 forker=zygotes[0].forker() if zygotes else None)
-                rows = {(ex.id, r.track): r for ex, r, _ in grade(sub).rows}
-                for t in batch:
-                    problems += _verdict(t, rows[(t.exercise, t.track)])
-                    covered.append(t.id)
-        finally:
-            for z in zygotes:
-                z.stop()
+    with tempfile.TemporaryDirectory(prefix="nan-zygotes-") as folder, \
+            _forker(Path(folder)) as forker:
+        for batch in _rounds(targets):
+            for ex_id, track in {(t.exercise, t.track) for t in batch}:
+                _aim(tree, [t for t in batch if (t.exercise, t.track) == (ex_id, track)],
+                     ex_id, track)
+            select = " or ".join(f"({t.exercise} and ({t.checks}))" for t in batch)
+            sub = Submission(tree, tuple(EXERCISES[e] for e in
+                                         dict.fromkeys(t.exercise for t in batch)),
+                             tuple(sorted({t.track for t in batch})),
+                             FIXED.replace(select=select), bench=False, forker=forker)
+            rows = {(ex.id, r.track): r for ex, r, _ in grade(sub).rows}
+            for t in batch:
+                problems += _verdict(t, rows[(t.exercise, t.track)])
+                covered.append(t.id)
     assert not problems, "\n".join(problems)
     assert len(covered) == len(targets)
 

@@ -19,7 +19,7 @@ from grader.common.paths import ROOT
 from grader.common.settings import Settings
 from grader.judge import strategies
 from grader.judge.strategies import in_this_share, share_of, split_by_declared_class
-from grader.run import grade as grade_module, order
+from grader.run import grade as grade_module, order, zygotes as zygotes_module
 from grader.run.grade import Submission, grade
 from grader.run.results import Phase, track_result
 from grader.submission.compiles import _arg_key
@@ -485,7 +485,7 @@ def test_the_shares_of_one_track_fork_from_zygotes(monkeypatch):
 
         def stop(self):
             pass
-    monkeypatch.setattr(grade_module, "start_zygotes",
+    monkeypatch.setattr(zygotes_module, "start_zygotes",  # what grade's zygote_forker starts
                         lambda *a: started.append(a) or [Zygote(), Zygote()])
     monkeypatch.setattr(grade_module, "driver_loaded", lambda: False)
 

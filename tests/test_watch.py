@@ -264,14 +264,15 @@ def test_a_grade_of_several_tracks_forks_from_zygotes_with_the_same_verdicts(mon
     (grader.run.grade._forking): the same verdicts as processes started afresh, and no zygote
     left behind."""
     from grader.run import grade as grade_module
+    from grader.run import zygotes as zygotes_module
     exercises = (EX01, discover(only="05")[0])
     started = []
-    real = grade_module.start_zygotes
+    real = zygotes_module.start_zygotes
 
     def spy(*a, **k):
         started.append(real(*a, **k))
         return started[-1]
-    monkeypatch.setattr(grade_module, "start_zygotes", spy)
+    monkeypatch.setattr(zygotes_module, "start_zygotes", spy)  # grade's zygote_forker starts them
     # the starters run in full (an unchanged one is otherwise answered without a process)
     run = from_environment().replace(build_starters=True)
     forked = grade(Submission(ROOT / "starter", exercises, settings=run, bench=False))

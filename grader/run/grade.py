@@ -41,7 +41,7 @@ from grader.run.report import feedback, machine, scorecard, time_report
 from grader.run.results import Phase, TrackResult, track_result
 from grader.run.score import Score, score
 from grader.run.tracks import AHEAD, Ahead, Judges, Prepared, timeable
-from grader.run.zygotes import ZygoteError, start_zygotes
+from grader.run.zygotes import zygote_forker
 
 # exercises whose baselines compile at once beside the checks (CPU-heavy); the timing phase
 # waits for all of them (their compiles run on the GPU): with 3, the again run's last one (13)
@@ -233,18 +233,9 @@ def _forking(forker, judges: int, settings: Settings, say):
     if judges < FORK_AT:
         yield forker
         return
-    with tempfile.TemporaryDirectory(prefix="grader-zygotes-") as folder:
-        try:
-            zygotes = start_zygotes(settings, cuda_devices() > 0, Path(folder))
-        except ZygoteError as e:
-            say(f"grade: {e}; every process starts afresh instead")
-            yield None
-            return
-        try:
-            yield zygotes[0].forker()
-        finally:
-            for z in zygotes:
-                z.stop()
+    with tempfile.TemporaryDirectory(prefix="grader-zygotes-") as folder, \
+            zygote_forker(settings, cuda_devices() > 0, Path(folder), say) as made:
+        yield made
 
 
 QUICK_SHARDS = 2  # judges per track at most under QUICK on a GPU host (_shares)

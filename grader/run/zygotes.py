@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from grader.common.forking import MODULES, Forker, ZygoteError, pair, recv, send
@@ -111,3 +112,22 @@ def start_zygotes(settings, gpu: bool, folder: Path) -> list:
         judge_end.close()
         sub_end.close()
     return zygotes
+
+
+@contextmanager
+def zygote_forker(settings, gpu: bool, folder: Path, say=None):
+    """The forker of two zygotes started for the body (start_zygotes) and stopped after it; None
+    where one refused to serve (`say` is told): each process then starts afresh, with the same
+    verdicts."""
+    try:
+        zygotes = start_zygotes(settings, gpu, folder)
+    except ZygoteError as e:
+        if say is not None:
+            say(f"grade: {e}; every process starts afresh instead")
+        yield None
+        return
+    try:
+        yield zygotes[0].forker()
+    finally:
+        for z in zygotes:
+            z.stop()
